@@ -1,0 +1,1 @@
+"""PettingZoo environments of the suite. ``from envs import multisearch_v0``."""
