@@ -1,0 +1,300 @@
+"""Speed and memory of seqmodels.Mamba / Mamba2 against mambapy and torch.nn.GRU, one run.
+
+Measures (issue 4, item 6), all peers in the same process and run so ratios are comparable:
+
+1. training throughput, forward + backward tokens/s at (B=32, L=1024, d_model=64, d_state=16,
+   expand=2): seqmodels.Mamba (numba and chunked backends), seqmodels.Mamba2 (d_state=16,
+   headdim=16), mambapy's MambaBlock (pscan), torch.nn.GRU(64, 64);
+2. peak memory of one forward + backward (extra resident memory of a fresh subprocess, after a
+   warm-up call on a tiny input so numba's compilation is not counted);
+3. long sequences (B=4, L=16384): seqmodels Mamba / Mamba2 and GRU forward + backward;
+4. step latency at B=1024: Mamba.step / Mamba2.step vs torch.nn.GRUCell(64, 64), early and
+   late in a rollout (constant in t);
+5. with CUDA and mamba-ssm: the cuda backend vs the chunked torch path at L >= 1024.
+
+Usage::
+
+    python benchmarks/seqmodels.py            # full run (a few minutes on 2 cores)
+    python benchmarks/seqmodels.py --quick    # smaller sizes, fewer repetitions (smoke test)
+    python benchmarks/seqmodels.py --threads 1 --markdown out.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from seqmodels import Mamba, Mamba2  # noqa: E402
+
+D_MODEL, D_STATE, EXPAND = 64, 16, 2
+
+
+# ------------------------------------------------------------------------------------------
+# models
+# ------------------------------------------------------------------------------------------
+
+
+def build(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A function x [B, L, 64] -> y [B, L, 64] for the named model (fresh parameters)."""
+    torch.manual_seed(0)
+    if name.startswith("mamba2"):
+        m2 = Mamba2(D_MODEL, d_state=D_STATE, expand=EXPAND, headdim=16, chunk_size=64)
+        m2.backend = name.split(":")[1] if ":" in name else "auto"
+        return lambda x: m2(x)[0]
+    if name.startswith("mamba"):
+        m = Mamba(D_MODEL, d_state=D_STATE, expand=EXPAND)
+        m.backend = name.split(":")[1] if ":" in name else "auto"
+        return lambda x: m(x)[0]
+    if name == "mambapy":
+        from mambapy.mamba import MambaBlock, MambaConfig
+
+        cfg = MambaConfig(
+            d_model=D_MODEL, n_layers=1, d_state=D_STATE, expand_factor=EXPAND, pscan=True
+        )
+        block = MambaBlock(cfg)
+        return block
+    if name == "gru":
+        gru = nn.GRU(D_MODEL, D_MODEL, batch_first=True)
+        return lambda x: gru(x)[0]
+    raise ValueError(f"unknown model {name!r}")
+
+
+def fwd_bwd(model: Callable, x: torch.Tensor) -> None:
+    model(x).sum().backward()
+
+
+CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = time.perf_counter
+
+
+def time_train(name: str, batch: int, length: int, reps: int) -> float:
+    """Seconds per forward + backward (best of ``reps`` after one warm-up call), measured with
+    ``clock`` (wall time, or process CPU time with ``--clock cpu``)."""
+    model = build(name)
+    x = torch.randn(batch, length, D_MODEL, requires_grad=True)
+    fwd_bwd(model, x[:, : min(length, 64)])  # warm-up (numba compile / cache load)
+    fwd_bwd(model, x)
+    best = float("inf")
+    for _ in range(reps):
+        start = clock()
+        fwd_bwd(model, x)
+        best = min(best, clock() - start)
+    return best
+
+
+def peak_memory_mb(name: str, batch: int, length: int, threads: int) -> float:
+    """Extra peak RSS (MB) of one forward + backward, measured in a fresh subprocess."""
+    cmd = [sys.executable, __file__, "--_mem-child", name, str(batch), str(length)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _mem_child(name: str, batch: int, length: int) -> None:
+    """Print the peak of (current RSS - RSS before) during one fwd+bwd, sampled every ~1 ms."""
+    import gc
+    import threading
+
+    model = build(name)
+    x = torch.randn(batch, length, D_MODEL, requires_grad=True)
+    fwd_bwd(model, torch.randn(2, 16, D_MODEL, requires_grad=True))  # compile/cache load
+    gc.collect()
+    base = _rss_mb()
+    peak = [base]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss_mb())
+            time.sleep(0.001)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    fwd_bwd(model, x)
+    done.set()
+    sampler.join()
+    peak[0] = max(peak[0], _rss_mb())
+    print(peak[0] - base)
+
+
+def step_latency(name: str, batch: int, steps: int) -> tuple[float, float]:
+    """Mean seconds per step over the first and the last 20% of ``steps`` steps (no grad)."""
+    torch.manual_seed(0)
+    x = torch.randn(batch, D_MODEL)
+    if name == "gru":
+        cell = nn.GRUCell(D_MODEL, D_MODEL)
+        state: object = torch.zeros(batch, D_MODEL)
+
+        def step(s):
+            return cell(x, s)
+    else:
+        m = (
+            Mamba(D_MODEL, d_state=D_STATE, expand=EXPAND)
+            if name == "mamba"
+            else Mamba2(D_MODEL, d_state=D_STATE, expand=EXPAND, headdim=16)
+        )
+        state = m.initial_state(batch)
+
+        def step(s):
+            return m.step(x, s)[1]
+
+    times = []
+    with torch.no_grad():
+        for _ in range(5):
+            state = step(state)
+        for _ in range(steps):
+            start = clock()
+            state = step(state)
+            times.append(clock() - start)
+    k = max(1, steps // 5)
+    early = sorted(times[:k])[k // 2]  # medians: robust to other processes on the machine
+    late = sorted(times[-k:])[k // 2]
+    return early, late
+
+
+# ------------------------------------------------------------------------------------------
+# main
+# ------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, 1 repetition")
+    parser.add_argument("--threads", type=int, default=None, help="torch/numba threads")
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCK),
+        default="wall",
+        help="wall time, or process CPU time (fairer on a shared machine with --threads 1)",
+    )
+    parser.add_argument("--reps", type=int, default=3, help="timed repetitions (best of)")
+    parser.add_argument("--skip-memory", action="store_true", help="skip peak-memory runs")
+    parser.add_argument("--skip-chunked", action="store_true", help="skip the torch fallback")
+    parser.add_argument("--skip-long", action="store_true", help="skip the L=16384 case")
+    parser.add_argument("--markdown", type=Path, default=None, help="also write results here")
+    parser.add_argument("--_mem-child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args._mem_child:
+        name, b, length = args._mem_child
+        _mem_child(name, int(b), int(length))
+        return
+    global clock
+    clock = CLOCK[args.clock]
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    reps = 1 if args.quick else args.reps
+    batch, length = (8, 256) if args.quick else (32, 1024)
+    long_batch, long_len = (2, 2048) if args.quick else (4, 16384)
+    step_batch, steps = (1024, 50) if args.quick else (1024, 500)
+    lines: list[str] = []
+
+    def emit(s: str = "") -> None:
+        print(s, flush=True)
+        lines.append(s)
+
+    emit(
+        f"torch {torch.__version__}, threads {threads}, cpu count {os.cpu_count()}, clock "
+        f"{args.clock}, load average {os.getloadavg()[0]:.1f}"
+    )
+    emit(f"\n## train fwd+bwd, B={batch} L={length} d_model=64 d_state=16 expand=2")
+    emit("| model | s / iter | tokens/s |")
+    emit("|---|---|---|")
+    names = ["gru", "mambapy", "mamba:numba", "mamba2:numba"]
+    if not args.skip_chunked:
+        names += ["mamba:chunked", "mamba2:chunked"]
+    tps: dict[str, float] = {}
+    for name in names:
+        sec = time_train(name, batch, length, reps)
+        tps[name] = batch * length / sec
+        emit(f"| {name} | {sec:.3f} | {tps[name]:,.0f} |")
+    emit("\nratios (targets: mamba >= 10x mambapy, >= 0.5x gru; mamba2 >= 1x gru):")
+    for a, b in [
+        ("mamba:numba", "mambapy"),
+        ("mamba:numba", "gru"),
+        ("mamba2:numba", "gru"),
+        ("mamba:chunked", "mambapy"),
+    ]:
+        if a not in tps:
+            continue
+        emit(f"- {a} / {b}: {tps[a] / tps[b]:.2f}x")
+
+    if not args.skip_memory:
+        emit(f"\n## peak extra RSS of one fwd+bwd (MB), B={batch} L={length}")
+        mem = {
+            n: peak_memory_mb(n, batch, length, threads)
+            for n in ["mambapy", "mamba:numba", "mamba2:numba", "gru"]
+        }
+        for n, v in mem.items():
+            emit(f"- {n}: {v:,.0f} MB")
+        ratio = mem["mamba:numba"] / max(mem["mambapy"], 1e-9)
+        emit(f"- mamba:numba / mambapy: {ratio:.3f} (target <= 0.25)")
+
+    if not args.skip_long:
+        emit(f"\n## long sequence fwd+bwd, B={long_batch} L={long_len}")
+        for name in ["gru", "mamba:numba", "mamba2:numba"]:
+            sec = time_train(name, long_batch, long_len, 1)
+            emit(f"- {name}: {sec:.2f} s, {long_batch * long_len / sec:,.0f} tokens/s")
+        if not args.skip_memory:
+            v = peak_memory_mb("mamba:numba", long_batch, long_len, threads)
+            emit(f"- mamba:numba peak extra RSS: {v:,.0f} MB")
+
+    emit(f"\n## step latency, B={step_batch} (median ms over the first / last 20% of {steps})")
+    lat = {n: step_latency(n, step_batch, steps) for n in ["gru", "mamba", "mamba2"]}
+    for n, (early, late) in lat.items():
+        emit(f"- {n}: early {early * 1e3:.3f} ms, late {late * 1e3:.3f} ms")
+    for n in ("mamba", "mamba2"):
+        emit(f"- {n} / GRUCell: {lat[n][1] / lat['gru'][1]:.2f}x (target <= 5x)")
+
+    if torch.cuda.is_available():
+        from seqmodels.scan import mamba_ssm_available
+
+        emit("\n## GPU: cuda backend vs chunked torch path, fwd+bwd")
+        if not mamba_ssm_available():
+            emit("- mamba-ssm not importable: skipped")
+        else:
+            for kind, cls in (("mamba", Mamba), ("mamba2", Mamba2)):
+                for L in (1024, 4096):
+                    res = {}
+                    for backend in ("cuda", "chunked"):
+                        kw = {} if cls is Mamba else {"d_state": 64, "headdim": 32}
+                        m = cls(D_MODEL, device="cuda", backend=backend, **kw)
+                        x = torch.randn(8, L, D_MODEL, device="cuda", requires_grad=True)
+                        for _ in range(2):
+                            m(x)[0].sum().backward()
+                        torch.cuda.synchronize()
+                        start = time.perf_counter()
+                        for _ in range(5):
+                            m(x)[0].sum().backward()
+                        torch.cuda.synchronize()
+                        res[backend] = (time.perf_counter() - start) / 5
+                    speedup = res["chunked"] / res["cuda"]
+                    emit(
+                        f"- {kind} L={L}: cuda {res['cuda'] * 1e3:.1f} ms, chunked "
+                        f"{res['chunked'] * 1e3:.1f} ms, speed-up {speedup:.1f}x"
+                    )
+    if args.markdown is not None:
+        args.markdown.write_text("\n".join(lines) + "\n")
+        print(json.dumps({"written": str(args.markdown)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,325 @@
+"""Policy backbones with one interface: mlp (no memory), gru, mamba, mamba2.
+
+Contract (docs/CONTRACTS.md, section 3)::
+
+    make_backbone(kind, input_dim, hidden_dim=64, **kw) -> Backbone
+    backbone.output_dim, backbone.is_recurrent
+    backbone.initial_state(batch_size) -> tuple[Tensor, ...]    # () for mlp; batch-first
+    backbone.step(x [B, D], state, reset [B] bool | None) -> (y [B, H], state)
+    backbone(x [B, L, D], state=None, resets [B, L] bool | None) -> (y [B, L, H], state)
+
+``reset[b]`` / ``resets[b, t]`` true: the input at that step is the first of a new episode (the
+state is zeroed before processing it). Every state tensor has the batch as leading dimension,
+so rollout buffers can store and index states per agent / env directly.
+
+Architecture: ``Linear(input_dim, hidden_dim)`` input projection, then the core:
+
+- ``mlp``: ``num_layers`` x (Linear + activation) after the projection's activation.
+- ``gru``: activation, then ``nn.GRU(hidden_dim, hidden_dim, num_layers, batch_first=True)``;
+  state ``(h [B, num_layers, hidden_dim],)``.
+- ``mamba`` / ``mamba2``: ``num_layers`` pre-norm residual blocks ``x + block(norm(x))``
+  (mamba-ssm's ``Block``), then a final norm; state ``(conv_0, ssm_0, conv_1, ssm_1, ...)``,
+  each block's ``(conv_state, ssm_state)`` as :class:`seqmodels.Mamba` / ``Mamba2``.
+
+Keyword arguments (unknown ones raise TypeError):
+
+- all: ``num_layers`` (default 1; mlp 2), ``activation`` ("tanh" default, "relu", "silu",
+  "gelu": used by mlp and by gru's projection).
+- mamba: ``d_state=16, d_conv=4, expand=2, backend="auto"``, any other ``seqmodels.Mamba``
+  argument (``dt_rank``, ``dt_min``, ...), ``norm`` ("rmsnorm" default, "layernorm").
+- mamba2: ``d_state=16, d_conv=4, expand=2, headdim=16, ngroups=1, chunk_size=64,
+  backend="auto"``, any other ``seqmodels.Mamba2`` argument, ``norm``. Defaults suit small
+  hidden sizes (mamba-ssm's are d_state=128, headdim=64); ``expand * hidden_dim`` must be
+  divisible by ``headdim``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from seqmodels.mamba import Mamba, Mamba2, _check_resets
+
+KINDS = ("mlp", "gru", "mamba", "mamba2")
+_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU, "gelu": nn.GELU}
+
+
+def _activation(name: str) -> nn.Module:
+    if name not in _ACTIVATIONS:
+        raise ValueError(f"activation must be one of {tuple(_ACTIVATIONS)}, got {name!r}")
+    return _ACTIVATIONS[name]()
+
+
+def _check_positive(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+class Backbone(nn.Module):
+    """Common interface; see the module docstring. Subclasses set ``output_dim`` and
+    ``is_recurrent`` and implement ``initial_state``, ``step`` and ``forward``."""
+
+    output_dim: int
+    is_recurrent: bool
+    input_dim: int
+
+    def _check_seq(self, x: object, state: Any, resets: object) -> tuple[Tensor, Tensor | None]:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 3 or x.shape[-1] != self.input_dim:
+            raise ValueError(
+                f"x must have shape [B, L, input_dim={self.input_dim}], got {list(x.shape)}"
+            )
+        return x, _check_resets(resets, (x.shape[0], x.shape[1]), "resets")
+
+    def _check_step(self, x: object, reset: object) -> tuple[Tensor, Tensor | None]:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 2 or x.shape[-1] != self.input_dim:
+            raise ValueError(
+                f"x must have shape [B, input_dim={self.input_dim}], got {list(x.shape)}"
+            )
+        return x, _check_resets(reset, (x.shape[0],), "reset")
+
+
+class MLPBackbone(Backbone):
+    """Feed-forward backbone (no memory); state is the empty tuple."""
+
+    is_recurrent = False
+
+    def __init__(
+        self, input_dim: int, hidden_dim: int, num_layers: int = 2, activation: str = "tanh"
+    ) -> None:
+        super().__init__()
+        self.input_dim, self.output_dim = input_dim, hidden_dim
+        layers: list[nn.Module] = []
+        dim = input_dim
+        for _ in range(_check_positive("num_layers", num_layers)):
+            layers += [nn.Linear(dim, hidden_dim), _activation(activation)]
+            dim = hidden_dim
+        self.net = nn.Sequential(*layers)
+
+    def initial_state(self, batch_size: int) -> tuple[Tensor, ...]:
+        return ()
+
+    def step(
+        self, x: Tensor, state: tuple[Tensor, ...] = (), reset: Tensor | None = None
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """x ``[B, input_dim]`` -> (y ``[B, hidden_dim]``, ())."""
+        x, _ = self._check_step(x, reset)
+        return self.net(x), ()
+
+    def forward(
+        self, x: Tensor, state: tuple[Tensor, ...] | None = None, resets: Tensor | None = None
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """x ``[B, L, input_dim]`` -> (y ``[B, L, hidden_dim]``, ())."""
+        x, _ = self._check_seq(x, state, resets)
+        return self.net(x), ()
+
+
+class GRUBackbone(Backbone):
+    """Linear + activation + ``nn.GRU``; state ``(h [B, num_layers, hidden_dim],)``.
+
+    Sequence mode with resets cuts the window at every step where any row resets and zeroes
+    the rows that reset there, so the GRU kernel still runs on the reset-free segments.
+    """
+
+    is_recurrent = True
+
+    def __init__(
+        self, input_dim: int, hidden_dim: int, num_layers: int = 1, activation: str = "tanh"
+    ) -> None:
+        super().__init__()
+        self.input_dim, self.output_dim = input_dim, hidden_dim
+        self.num_layers = _check_positive("num_layers", num_layers)
+        self.proj = nn.Sequential(nn.Linear(input_dim, hidden_dim), _activation(activation))
+        self.gru = nn.GRU(hidden_dim, hidden_dim, num_layers=num_layers, batch_first=True)
+
+    def initial_state(self, batch_size: int) -> tuple[Tensor, ...]:
+        w = self.gru.weight_hh_l0
+        return (w.new_zeros(batch_size, self.num_layers, self.output_dim),)
+
+    def _check_state(self, state: Any, batch: int) -> Tensor:
+        if state is None:
+            return self.initial_state(batch)[0]
+        want = [batch, self.num_layers, self.output_dim]
+        if not isinstance(state, (tuple, list)) or len(state) != 1:
+            raise TypeError("gru state must be a 1-tuple (h,) as returned by initial_state")
+        if not isinstance(state[0], Tensor) or list(state[0].shape) != want:
+            got = list(state[0].shape) if isinstance(state[0], Tensor) else type(state[0])
+            raise ValueError(f"gru state h must have shape {want}, got {got}")
+        return state[0]
+
+    def step(
+        self, x: Tensor, state: tuple[Tensor, ...] | None, reset: Tensor | None = None
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """x ``[B, input_dim]``, state ``(h [B, num_layers, H],)`` -> (y ``[B, H]``, state)."""
+        x, reset = self._check_step(x, reset)
+        y, state = self.forward(
+            x.unsqueeze(1), state, None if reset is None else reset.unsqueeze(1)
+        )
+        return y[:, 0], state
+
+    def forward(
+        self, x: Tensor, state: tuple[Tensor, ...] | None = None, resets: Tensor | None = None
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """x ``[B, L, input_dim]``, state ``(h [B, num_layers, H],)`` or None, resets ``[B, L]``
+        -> (y ``[B, L, H]``, state after the last step)."""
+        x, resets = self._check_seq(x, state, resets)
+        h = self._check_state(state, x.shape[0]).transpose(0, 1).contiguous()  # [layers, B, H]
+        feats = self.proj(x)
+        length = x.shape[1]
+        if resets is None or not bool(resets.any()):
+            cuts = [0]
+        else:
+            cuts = sorted(set([0] + torch.nonzero(resets.any(dim=0)).flatten().tolist()))
+        ys = []
+        for i, start in enumerate(cuts):
+            stop = cuts[i + 1] if i + 1 < len(cuts) else length
+            if resets is not None:
+                h = h * (~resets[:, start]).to(h.dtype)[None, :, None]
+            y, h = self.gru(feats[:, start:stop], h)
+            ys.append(y)
+        y = torch.cat(ys, dim=1) if len(ys) > 1 else ys[0]
+        return y, (h.transpose(0, 1),)
+
+
+class _RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class MambaBackbone(Backbone):
+    """Linear projection + ``num_layers`` pre-norm residual Mamba/Mamba2 blocks + final norm.
+
+    State: ``(conv_0, ssm_0, conv_1, ssm_1, ...)``, each pair laid out as the block's state.
+    """
+
+    is_recurrent = True
+
+    def __init__(
+        self,
+        kind: str,
+        input_dim: int,
+        hidden_dim: int,
+        num_layers: int = 1,
+        norm: str = "rmsnorm",
+        **block_kw: Any,
+    ) -> None:
+        super().__init__()
+        self.input_dim, self.output_dim = input_dim, hidden_dim
+        self.kind = kind
+        self.num_layers = _check_positive("num_layers", num_layers)
+        if norm not in ("rmsnorm", "layernorm"):
+            raise ValueError(f"norm must be 'rmsnorm' or 'layernorm', got {norm!r}")
+        block_cls = Mamba if kind == "mamba" else Mamba2
+        if kind == "mamba":
+            defaults: dict[str, Any] = {"d_state": 16, "d_conv": 4, "expand": 2}
+        else:
+            defaults = {"d_state": 16, "d_conv": 4, "expand": 2, "headdim": 16, "chunk_size": 64}
+        allowed = set(inspect.signature(block_cls.__init__).parameters) - {"self", "d_model"}
+        unknown = sorted(set(block_kw) - allowed - {"layer_idx"})
+        if unknown:
+            raise TypeError(
+                f"unknown argument(s) for the {kind} backbone: {unknown}; allowed: "
+                f"num_layers, norm, {sorted(allowed - {'layer_idx'})}"
+            )
+        if "layer_idx" in block_kw:
+            raise TypeError("layer_idx is set per block by the backbone; do not pass it")
+        kw = {**defaults, **block_kw}
+        if kind == "mamba2" and (kw["expand"] * hidden_dim) % kw["headdim"] != 0:
+            raise ValueError(
+                f"mamba2 needs expand * hidden_dim = {kw['expand'] * hidden_dim} divisible by "
+                f"headdim={kw['headdim']}; pass headdim=... that divides it"
+            )
+        self.proj = nn.Linear(input_dim, hidden_dim)
+        make_norm = _RMSNorm if norm == "rmsnorm" else nn.LayerNorm
+        self.norms = nn.ModuleList(make_norm(hidden_dim) for _ in range(num_layers))
+        self.blocks = nn.ModuleList(
+            block_cls(hidden_dim, layer_idx=i, **kw) for i in range(num_layers)
+        )
+        self.norm_f = make_norm(hidden_dim)
+
+    @property
+    def backend(self) -> str:
+        return self.blocks[0].backend
+
+    @backend.setter
+    def backend(self, value: str) -> None:
+        for block in self.blocks:
+            block.backend = value
+
+    def initial_state(self, batch_size: int) -> tuple[Tensor, ...]:
+        return tuple(t for block in self.blocks for t in block.initial_state(batch_size))
+
+    def _split_state(self, state: Any, batch: int) -> list[Any]:
+        if state is None:
+            return [None] * self.num_layers
+        if not isinstance(state, (tuple, list)) or len(state) != 2 * self.num_layers:
+            raise TypeError(
+                f"{self.kind} state must be a tuple of {2 * self.num_layers} tensors "
+                "(conv, ssm per layer) as returned by initial_state"
+            )
+        return [(state[2 * i], state[2 * i + 1]) for i in range(self.num_layers)]
+
+    def step(
+        self, x: Tensor, state: tuple[Tensor, ...] | None, reset: Tensor | None = None
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """x ``[B, input_dim]`` -> (y ``[B, hidden_dim]``, state)."""
+        x, reset = self._check_step(x, reset)
+        h = self.proj(x)
+        new_state: list[Tensor] = []
+        for norm, block, s in zip(
+            self.norms, self.blocks, self._split_state(state, x.shape[0]), strict=True
+        ):
+            out, s = block.step(norm(h), s, reset)
+            h = h + out
+            new_state += list(s)
+        return self.norm_f(h), tuple(new_state)
+
+    def forward(
+        self, x: Tensor, state: tuple[Tensor, ...] | None = None, resets: Tensor | None = None
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """x ``[B, L, input_dim]`` -> (y ``[B, L, hidden_dim]``, state after the last step)."""
+        x, resets = self._check_seq(x, state, resets)
+        h = self.proj(x)
+        new_state: list[Tensor] = []
+        for norm, block, s in zip(
+            self.norms, self.blocks, self._split_state(state, x.shape[0]), strict=True
+        ):
+            out, s = block(norm(h), s, resets)
+            h = h + out
+            new_state += list(s)
+        return self.norm_f(h), tuple(new_state)
+
+
+def make_backbone(kind: str, input_dim: int, hidden_dim: int = 64, **kw: Any) -> Backbone:
+    """Build a backbone: kind in ("mlp", "gru", "mamba", "mamba2"); see the module docstring
+    for the keyword arguments of each kind."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    _check_positive("input_dim", input_dim)
+    _check_positive("hidden_dim", hidden_dim)
+    if kind in ("mlp", "gru"):
+        allowed = {"num_layers", "activation"}
+        unknown = sorted(set(kw) - allowed)
+        if unknown:
+            raise TypeError(
+                f"unknown argument(s) for the {kind} backbone: {unknown}; "
+                f"allowed: {sorted(allowed)}"
+            )
+        cls = MLPBackbone if kind == "mlp" else GRUBackbone
+        return cls(input_dim, hidden_dim, **kw)
+    return MambaBackbone(kind, input_dim, hidden_dim, **kw)
+
+
+__all__ = ["KINDS", "Backbone", "GRUBackbone", "MLPBackbone", "MambaBackbone", "make_backbone"]
