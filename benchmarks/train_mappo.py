@@ -1,0 +1,235 @@
+"""MAPPO benchmarks: end-to-end training throughput and learning runs, with peers.
+
+Throughput (one process, same run): agent-steps per second of
+
+- ``env``: the vector env stepped with uniformly random *allowed* actions (the ceiling),
+- ``rollout``: :class:`marl.rollout.RolloutCollector` with the MAPPO actors and critic,
+- ``train``: full MAPPO iterations (rollout + advantages + policy and value updates),
+
+printed with the ratios train/env and train/rollout::
+
+    python benchmarks/train_mappo.py throughput [--updates 8] [--num-envs 64] [--threads 1]
+
+Learning: ``python -m marl.train`` runs (subprocesses, one after another) for several seeds,
+then the scripted heuristic and the random policy on the same validation seeds; prints the
+success rates and the ratios to the baselines, and writes the learning curves (validation
+success against wall time) as a PNG::
+
+    python benchmarks/train_mappo.py learn --max-time 900 --seeds 0 1 2 \
+        [--out runs/bench] [--png docs/results/mappo_small.png] [-- extra train flags]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def _random_allowed(obs, agents, rng):
+    out = {}
+    for a in agents:
+        mask = obs[a]["action_mask"].astype(bool)
+        scores = rng.random(mask.shape) * mask
+        out[a] = scores.argmax(1)
+    return out
+
+
+def throughput(args: argparse.Namespace) -> None:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from marl.config import parse_cli
+    from marl.mappo import MAPPO
+
+    cfg = parse_cli(
+        [
+            "--num-envs",
+            str(args.num_envs),
+            "--rollout-steps",
+            str(args.rollout_steps),
+            "--progress",
+            "false",
+            "--torch-threads",
+            str(args.threads),
+            *args.extra,
+        ]
+    )
+    torch.manual_seed(0)
+    algo = MAPPO(cfg, None)
+    n_agents = algo.layout.n_agents
+    vec = algo.vec
+    # env ceiling
+    rng = np.random.default_rng(0)
+    obs = algo.collector.obs
+    steps = args.updates * cfg.rollout_steps
+    t = time.perf_counter()
+    for _ in range(steps):
+        obs, *_ = vec.step(_random_allowed(obs, vec.possible_agents, rng))
+    env_sps = steps * cfg.num_envs * n_agents / (time.perf_counter() - t)
+    algo.collector.obs = obs
+    algo.iteration(0.0)  # warm-up
+    t = time.perf_counter()
+    for _ in range(args.updates):
+        algo.collector.collect(cfg.rollout_steps, value_fn=algo._values)
+    roll_sps = steps * cfg.num_envs * n_agents / (time.perf_counter() - t)
+    t = time.perf_counter()
+    parts = {"collect": 0.0, "update": 0.0}
+    for i in range(args.updates):
+        m = algo.iteration(i / args.updates)
+        parts["collect"] += m["time/collect_s"]
+        parts["update"] += m["time/update_s"]
+    dt = time.perf_counter() - t
+    train_sps = steps * cfg.num_envs * n_agents / dt
+    print(
+        f"config: E={cfg.num_envs} T={cfg.rollout_steps} agents={n_agents} "
+        f"backbone={cfg.backbone} epochs={cfg.epochs} minibatches={cfg.num_minibatches} "
+        f"torch threads={args.threads} env={cfg.env or 'small preset'}"
+    )
+    print(f"{'measure':<10}{'agent-steps/s':>16}")
+    print(f"{'env':<10}{env_sps:>16,.0f}")
+    print(f"{'rollout':<10}{roll_sps:>16,.0f}")
+    print(f"{'train':<10}{train_sps:>16,.0f}")
+    print(
+        f"ratio train/env = {train_sps / env_sps:.3f}, train/rollout = "
+        f"{train_sps / roll_sps:.3f}; time split collect {parts['collect'] / dt:.0%}, "
+        f"update {parts['update'] / dt:.0%}"
+    )
+
+
+def learn(args: argparse.Namespace) -> None:
+    from envs.baselines import evaluate_policy
+    from marl.logging import read_metrics
+
+    os.makedirs(args.out, exist_ok=True)
+    results = {}
+    curves = {}
+    env_kw: dict = {}
+    procs = {}
+    t0 = time.time()
+    for seed in args.seeds:
+        run = os.path.join(args.out, f"seed{seed}")
+        cmd = [
+            sys.executable,
+            "-m",
+            "marl.train",
+            "--algo",
+            "mappo",
+            "--max-time",
+            str(args.max_time),
+            "--seed",
+            str(seed),
+            "--run-dir",
+            run,
+            "--progress",
+            "false",
+            "--baselines",
+            "false",
+            *args.extra,
+        ]
+        print("$", " ".join(cmd[1:]), flush=True)
+        procs[seed] = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            stdout=subprocess.DEVNULL,
+        )
+        if args.jobs == 1:
+            procs[seed].wait()
+    for seed, proc in procs.items():
+        if proc.wait() != 0:
+            raise SystemExit(f"seed {seed}: training failed (exit {proc.returncode})")
+    print(f"all runs done in {time.time() - t0:.0f}s wall ({args.jobs} at a time)")
+    import yaml
+
+    for seed in args.seeds:
+        run = os.path.join(args.out, f"seed{seed}")
+        with open(os.path.join(run, "eval.json")) as fh:
+            results[seed] = json.load(fh)
+        with open(os.path.join(run, "config.yaml")) as fh:
+            env_kw = yaml.safe_load(fh)["env"]
+        seeds_eval = results[seed]["seeds"]
+        rows = read_metrics(os.path.join(run, "metrics.jsonl"))
+        curves[seed] = [
+            (r["time_s"], r["eval/success_rate"])
+            for r in rows
+            if r.get("eval/success_rate") is not None
+        ]
+        print(
+            f"seed {seed}: success {results[seed]['success_rate']:.3f} solved "
+            f"{results[seed]['solved_rate']:.3f} after {rows[-1]['env_steps']} env steps, "
+            f"{rows[-1]['time_s']:.0f}s training",
+            flush=True,
+        )
+    base = {p: evaluate_policy(p, seeds=seeds_eval, **env_kw) for p in ("heuristic", "random")}
+    print(f"\nvalidation seeds {seeds_eval[0]}..{seeds_eval[-1]}, env {env_kw or 'small preset'}")
+    print(f"{'policy':<14}{'success':>9}{'solved':>9}{'x heuristic':>13}{'x random':>10}")
+    h, r = base["heuristic"]["success_rate"], base["random"]["success_rate"]
+    for seed, res in results.items():
+        s = res["success_rate"]
+        print(
+            f"{'mappo s' + str(seed):<14}{s:>9.3f}{res['solved_rate']:>9.3f}"
+            f"{s / h:>13.3f}{s / r:>10.2f}"
+        )
+    for name, res in base.items():
+        print(f"{name:<14}{res['success_rate']:>9.3f}{res['solved_rate']:>9.3f}")
+    if args.png:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for seed, pts in curves.items():
+            if pts:
+                x, y = zip(*pts, strict=True)
+                ax.plot(x, y, marker="o", ms=3, label=f"MAPPO seed {seed}")
+        ax.axhline(h, color="g", ls="--", label="heuristic")
+        ax.axhline(r, color="r", ls=":", label="random")
+        ax.set_xlabel("training wall time (s)")
+        ax.set_ylabel("validation success rate")
+        ax.set_ylim(0, 1.05)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        os.makedirs(os.path.dirname(os.path.abspath(args.png)), exist_ok=True)
+        fig.savefig(args.png, dpi=90)
+        print(f"curves: {args.png}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("throughput")
+    t.add_argument("--updates", type=int, default=8)
+    t.add_argument("--num-envs", type=int, default=32)
+    t.add_argument("--rollout-steps", type=int, default=64)
+    t.add_argument("--threads", type=int, default=1)
+    t.add_argument("extra", nargs="*", help="extra train flags after --")
+    lp = sub.add_parser("learn")
+    lp.add_argument("--max-time", type=float, default=900)
+    lp.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    lp.add_argument("--out", default="runs/bench_mappo")
+    lp.add_argument("--png", default=None)
+    lp.add_argument(
+        "--jobs",
+        type=int,
+        choices=(1, 0),
+        default=1,
+        help="1: seeds one after another; 0: all seeds at once",
+    )
+    lp.add_argument("extra", nargs="*", help="extra train flags after --")
+    args = p.parse_args()
+    throughput(args) if args.cmd == "throughput" else learn(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,558 @@
+"""MAPPO: decentralised actors per agent type, centralised critic on ``state()``.
+
+One update reads top to bottom in :meth:`MAPPO.iteration`:
+
+1. collect ``T`` steps from ``E`` envs (:class:`marl.rollout.RolloutCollector`), with the
+   critic's team values ``[T, E, K]`` and per-agent individual values ``[T, E, N, K]``
+   (K = ensemble size) and the values of truncated episodes' final states;
+2. GAE (:func:`marl.advantages.gae`) separately for the team channel (team reward) and the
+   individual channel (individual reward, plus the penalty reward unless penalty shaping is
+   on or ``penalty_channel='none'``), for every ensemble head; the K heads' advantages are
+   averaged;
+3. whitening (:class:`marl.whitening.AdvantageWhitener`): by default ``team_individual``
+   (team and individual advantages whitened separately per agent type, mixed by alpha);
+   any other scheme whitens ``team + individual``; then the symmetric clip ``adv_clip``;
+4. optional penalty shaping (seed 003): ``A - beta(t) * whiten(penalty cost-to-go)``, the
+   penalty cost-to-go being the discounted sum of ``-reward_penalty`` within the episode,
+   whitened per agent type; then the optional optimism offset ``A + b``;
+5. ``epochs`` of clipped policy updates over minibatches (windows of ``seq_len`` steps with
+   stored initial states for recurrent backbones) and ``value_epochs`` of value updates.
+
+Value targets are normalised by :class:`marl.objectives.ValueNorm` when ``value_norm``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from marl.advantages import constant as constant_schedule
+from marl.advantages import discounted_returns, gae, linear_decay, shape_with_penalty
+from marl.config import TrainConfig
+from marl.objectives import (
+    NonFiniteError,
+    OptimismOffset,
+    ValueNorm,
+    explained_variance,
+    linear_schedule,
+    masked_mean,
+    ppo_policy_loss,
+    value_loss,
+)
+from marl.policies import AgentLayout, CentralCritic, MultiAgentPolicy
+from marl.rollout import RolloutBatch, RolloutCollector, make_vector_env
+from marl.whitening import AdvantageWhitener, GroupKeys, advantage_stats, whiten
+
+__all__ = ["MAPPO", "ActorUpdater", "window_plan"]
+
+
+def window_plan(T: int, seq_len: int, burn_in: int) -> tuple[Tensor, Tensor, list[int]]:
+    """Training windows over a rollout of T steps.
+
+    Window w's loss covers steps ``[w*L, (w+1)*L)``; its input starts ``burn_in`` steps
+    earlier (at 0 for the first windows) and has length ``burn_in + L``.
+
+    Returns ``(time_index [W, burn_in+L], loss_mask [W, burn_in+L] bool, starts [W])``.
+    """
+    if T % seq_len:
+        raise ValueError(f"seq_len={seq_len} must divide rollout_steps={T}")
+    if burn_in + seq_len > T:
+        raise ValueError(f"burn_in + seq_len = {burn_in + seq_len} exceeds rollout_steps={T}")
+    W, Lw = T // seq_len, burn_in + seq_len
+    starts = [max(0, w * seq_len - burn_in) for w in range(W)]
+    index = torch.tensor(starts)[:, None] + torch.arange(Lw)[None, :]
+    lo = (torch.arange(W) * seq_len)[:, None]
+    loss_mask = (index >= lo) & (index < lo + seq_len)
+    return index, loss_mask, starts
+
+
+class ActorUpdater:
+    """Clipped-surrogate updates of a :class:`MultiAgentPolicy` (shared by MAPPO and GRPO).
+
+    ``update(batch, advantages, ...)`` takes per-type advantages ``[T, E, n_k]`` and runs
+    ``epochs`` x ``num_minibatches`` steps over units (single steps for the mlp backbone,
+    windows of ``seq_len`` (+ ``burn_in``) steps with stored initial states for recurrent
+    ones). Optional extra loss terms come from ``extra_loss(type_name, units, logp, dist)``.
+    """
+
+    def __init__(
+        self,
+        policy: MultiAgentPolicy,
+        cfg: TrainConfig,
+        *,
+        extra_params: list[nn.Parameter] | None = None,
+        ctx: Any = None,
+    ) -> None:
+        self.policy, self.cfg, self.ctx = policy, cfg, ctx
+        self.params = list(policy.parameters()) + list(extra_params or [])
+        self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, eps=1e-5, foreach=True)
+        self.recurrent = policy.is_recurrent
+        self.seq_len = cfg.seq_len if self.recurrent else 1
+        self.burn_in = cfg.burn_in if self.recurrent else 0
+
+    def window_state_steps(self, T: int) -> list[int]:
+        """Steps whose actor state the rollout must store (window input starts)."""
+        if not self.recurrent:
+            return []
+        return window_plan(T, self.seq_len, self.burn_in)[2]
+
+    def _units(self, batch: RolloutBatch, advantages: dict[str, Tensor]) -> dict[str, Any]:
+        T, E = batch.num_steps, batch.num_envs
+        if not self.recurrent:
+            data = {}
+            for t in self.policy.layout.types:
+                k = t.name
+                data[k] = {
+                    "obs": batch.obs[k].reshape(T * E, 1, t.n_agents, -1),
+                    "mask": batch.mask[k].reshape(T * E, 1, t.n_agents, -1),
+                    "actions": batch.actions[k].reshape(T * E, 1, t.n_agents),
+                    "logp": batch.logp[k].reshape(T * E, 1, t.n_agents),
+                    "adv": advantages[k].reshape(T * E, 1, t.n_agents),
+                }
+            return {"num_units": T * E, "types": data, "loss_mask": None, "resets": None}
+        index, loss_mask, _ = window_plan(T, self.seq_len, self.burn_in)
+        W, Lw = index.shape
+
+        def gather(x: Tensor) -> Tensor:  # [T, E, ...] -> [W*E, Lw, ...]
+            y = x[index.to(x.device)]  # [W, Lw, E, ...]
+            y = y.transpose(1, 2)  # [W, E, Lw, ...]
+            return y.reshape(W * E, Lw, *x.shape[2:])
+
+        data = {}
+        for t in self.policy.layout.types:
+            k = t.name
+            states = batch.window_states[k]  # W tuples of [E*n_k, ...]
+            init = tuple(torch.cat([s[i] for s in states], 0) for i in range(len(states[0])))
+            data[k] = {
+                "obs": gather(batch.obs[k]),
+                "mask": gather(batch.mask[k]),
+                "actions": gather(batch.actions[k]),
+                "logp": gather(batch.logp[k]),
+                "adv": gather(advantages[k]),
+                "state": init,
+                "n_agents": t.n_agents,
+            }
+        lm = loss_mask[:, None, :].expand(W, E, Lw).reshape(W * E, Lw).to(batch.terminated.device)
+        return {
+            "num_units": W * E,
+            "types": data,
+            "loss_mask": lm,
+            "resets": gather(batch.episode_start),
+        }
+
+    def update(
+        self,
+        batch: RolloutBatch,
+        advantages: dict[str, Tensor],
+        *,
+        ent_coef: float,
+        lr: float,
+        extra_loss=None,
+        offset: OptimismOffset | None = None,
+    ) -> dict[str, float]:
+        cfg = self.cfg
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        units = self._units(batch, advantages)
+        U = units["num_units"]
+        mb_size = max(1, math.ceil(U / cfg.num_minibatches))
+        sums: dict[str, float] = {}
+        n_steps = 0
+        for _epoch in range(cfg.epochs):
+            perm = torch.randperm(U)
+            for start in range(0, U, mb_size):
+                idx = perm[start : start + mb_size]
+                logps, olds, advs, masks, ents = [], [], [], [], []
+                extra = torch.zeros(())
+                for t in self.policy.layout.types:
+                    d = units["types"][t.name]
+                    actor = self.policy.actors[t.name]
+                    if self.recurrent:
+                        n = d["n_agents"]
+                        rows = (idx[:, None] * n + torch.arange(n)[None, :]).reshape(-1)
+                        state = tuple(s[rows] for s in d["state"])
+                        dist = actor.sequence(
+                            d["obs"][idx], d["mask"][idx], state, units["resets"][idx]
+                        )
+                        lm = units["loss_mask"][idx][..., None].expand(-1, -1, n)
+                    else:
+                        dist = actor.sequence(d["obs"][idx], d["mask"][idx], None, None)
+                        lm = None
+                    logp = dist.log_prob(d["actions"][idx])
+                    logps.append(logp.reshape(-1))
+                    olds.append(d["logp"][idx].reshape(-1))
+                    advs.append(d["adv"][idx].reshape(-1))
+                    ents.append(dist.entropy().reshape(-1))
+                    masks.append(
+                        torch.ones_like(logps[-1], dtype=torch.bool)
+                        if lm is None
+                        else lm.reshape(-1)
+                    )
+                    if extra_loss is not None:
+                        extra = extra + extra_loss(t.name, idx, logp, dist)
+                logp, old, adv = torch.cat(logps), torch.cat(olds), torch.cat(advs)
+                mask, ent = torch.cat(masks), torch.cat(ents)
+                if offset is not None:
+                    adv = offset(adv)
+                pg_loss, stats = ppo_policy_loss(
+                    logp,
+                    old,
+                    adv,
+                    clip_low=cfg.clip_low,
+                    clip_high=cfg.clip_high,
+                    dual_clip=cfg.dual_clip,
+                    mask=mask,
+                )
+                entropy = masked_mean(ent, mask)
+                loss = pg_loss - ent_coef * entropy + extra
+                if offset is not None:
+                    loss = loss + offset.loss(torch.cat(advs), mask)
+                for name, value in (("loss/policy", pg_loss), ("entropy", entropy)):
+                    if not torch.isfinite(value):
+                        raise NonFiniteError(name)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = _step(self.optimizer, self.params, cfg.max_grad_norm, self.ctx)
+                if not math.isfinite(grad_norm):
+                    raise NonFiniteError("grad_norm (policy)")
+                n_steps += 1
+                for key, value in (
+                    ("loss/policy", float(pg_loss.detach())),
+                    ("entropy", float(entropy.detach())),
+                    ("grad_norm", grad_norm),
+                    *((k, float(v)) for k, v in stats.items()),
+                ):
+                    sums[key] = sums.get(key, 0.0) + value
+        out = {k: v / max(n_steps, 1) for k, v in sums.items()}
+        out["loss/entropy"] = -ent_coef * out.get("entropy", 0.0)
+        return out
+
+
+def _step(
+    optimizer: torch.optim.Optimizer, params: list[nn.Parameter], max_norm: float | None, ctx
+) -> float:
+    """Average gradients across ranks, clip, step; returns the pre-clip grad norm."""
+    if ctx is not None and getattr(ctx, "enabled", False):
+        from marl.distributed import average_gradients
+
+        average_gradients(params, ctx)
+    with_grad = [p for p in params if p.grad is not None]
+    norm = torch.nn.utils.clip_grad_norm_(
+        with_grad, max_norm if max_norm is not None else float("inf")
+    )
+    optimizer.step()
+    return float(norm)
+
+
+class MAPPO:
+    """The MAPPO algorithm object driven by :mod:`marl.train` (``iteration(progress)``)."""
+
+    name = "mappo"
+
+    def __init__(self, cfg: TrainConfig, ctx: Any, device: torch.device | str = "cpu") -> None:
+        self.cfg, self.ctx = cfg, ctx
+        self.device = torch.device(device)
+        self.vec = make_vector_env(cfg.env_fn, cfg.num_envs, cfg.env)
+        self.layout = AgentLayout.from_env(self.vec)
+        self.policy = MultiAgentPolicy(self.layout, cfg.backbone, cfg.hidden_dim).to(self.device)
+        N = self.layout.n_agents
+        self.critic = CentralCritic(
+            self.layout.state_dim, N, cfg.critic_hidden_dim, cfg.value_ensemble
+        ).to(self.device)
+        self.offset = (
+            OptimismOffset(cfg.optimism_offset).to(self.device)
+            if cfg.optimism_offset is not None
+            else None
+        )
+        distributed = bool(getattr(ctx, "enabled", False))
+        if distributed:
+            from marl.distributed import broadcast_parameters
+
+            broadcast_parameters(self.policy, ctx)
+            broadcast_parameters(self.critic, ctx)
+        self.actor = ActorUpdater(
+            self.policy,
+            cfg,
+            extra_params=list(self.offset.parameters()) if self.offset is not None else None,
+            ctx=ctx,
+        )
+        self.critic_opt = torch.optim.Adam(
+            self.critic.parameters(), lr=cfg.resolved_critic_lr, eps=1e-5, foreach=True
+        )
+        self.value_norm_team = self.value_norm_ind = None
+        if cfg.value_norm:
+            self.value_norm_team = ValueNorm(1, cfg.value_norm_beta, distributed=distributed).to(
+                self.device
+            )
+            self.value_norm_ind = ValueNorm(N, cfg.value_norm_beta, distributed=distributed).to(
+                self.device
+            )
+        self.whitener = AdvantageWhitener(
+            cfg.whitening,
+            alpha=cfg.alpha,
+            inner=cfg.whiten_inner,
+            chunk_size=cfg.chunk_size,
+            clip_range=cfg.adv_clip,
+            momentum=cfg.running_momentum,
+            num_groups=len(self.layout.types),
+            distributed=distributed,
+        )
+        self.penalty_schedule = None
+        if cfg.penalty_beta_schedule == "constant":
+            self.penalty_schedule = constant_schedule(cfg.penalty_beta)
+        elif cfg.penalty_beta_schedule == "linear":
+            self.penalty_schedule = linear_decay(cfg.penalty_beta, cfg.penalty_beta_floor, 1.0)
+        seed = ctx.seed_offset(cfg.seed) if ctx is not None else cfg.seed
+        self.collector = RolloutCollector(
+            self.vec, self.layout, self.policy, seed=seed, device=self.device
+        )
+        type_of_agent = torch.zeros(N, dtype=torch.long)
+        for i, t in enumerate(self.layout.types):
+            type_of_agent[list(t.agent_ids)] = i
+        self.type_of_agent = type_of_agent
+        self.last_advantages: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    # -- values ---------------------------------------------------------------------------
+    def _values(self, state: Tensor) -> tuple[Tensor, Tensor]:
+        """Critic outputs (normalised space when value_norm): ``[..., K]``, ``[..., N, K]``."""
+        return self.critic(state)
+
+    def _denorm(self, team: Tensor, ind: Tensor) -> tuple[Tensor, Tensor]:
+        if self.value_norm_team is None:
+            return team, ind
+        team = self.value_norm_team.denormalize(team)
+        ind = self.value_norm_ind.denormalize(ind.transpose(-1, -2)).transpose(-1, -2)
+        return team, ind
+
+    def _norm(self, team: Tensor, ind: Tensor) -> tuple[Tensor, Tensor]:
+        if self.value_norm_team is None:
+            return team, ind
+        team = self.value_norm_team.normalize(team)
+        ind = self.value_norm_ind.normalize(ind.transpose(-1, -2)).transpose(-1, -2)
+        return team, ind
+
+    # -- one update ------------------------------------------------------------------------
+    def iteration(self, progress: float) -> dict[str, float]:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        self.policy.eval()
+        batch = self.collector.collect(
+            cfg.rollout_steps,
+            value_fn=self._values,
+            window_state_steps=self.actor.window_state_steps(cfg.rollout_steps),
+        )
+        t_collect = time.perf_counter() - t0
+        self.policy.train()
+        metrics = self.update(batch, progress)
+        metrics["time/collect_s"] = t_collect
+        metrics["time/update_s"] = time.perf_counter() - t0 - t_collect
+        metrics["env_steps_delta"] = float(batch.num_steps * batch.num_envs)
+        return metrics
+
+    def advantages(
+        self, batch: RolloutBatch, progress: float
+    ) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        """Per-type final advantages ``[T, E, n_k]`` and the pieces needed for value training."""
+        cfg = self.cfg
+        T, E, N = batch.num_steps, batch.num_envs, self.layout.n_agents
+        K = batch.values_team.shape[-1]
+        v_team, v_ind = self._denorm(batch.values_team, batch.values_individual)
+        nv_team, nv_ind = self._denorm(batch.next_values_team, batch.next_values_individual)
+        shaping = self.penalty_schedule is not None
+        r_ind = batch.reward_individual
+        if not shaping and cfg.penalty_channel == "individual":
+            r_ind = r_ind + batch.reward_penalty
+        term, trunc = batch.terminated, batch.truncated
+        try:
+            a_team, ret_team = gae(
+                batch.reward_team[..., None].expand(T, E, K),
+                v_team,
+                nv_team,
+                term[..., None].expand(T, E, K),
+                trunc[..., None].expand(T, E, K),
+                gamma=cfg.gamma,
+                lam=cfg.gae_lambda,
+            )
+            a_ind, ret_ind = gae(
+                r_ind[..., None].expand(T, E, N, K),
+                v_ind,
+                nv_ind,
+                term[..., None, None].expand(T, E, N, K),
+                trunc[..., None, None].expand(T, E, N, K),
+                gamma=cfg.gamma,
+                lam=cfg.gae_lambda,
+            )
+        except ValueError as exc:
+            if "finite" in str(exc).lower() or "nan" in str(exc).lower():
+                raise NonFiniteError(f"advantages (GAE input: {exc})") from exc
+            raise
+        team_adv = a_team.mean(-1)[..., None].expand(T, E, N).contiguous()  # [T, E, N]
+        ind_adv = a_ind.mean(-1)  # [T, E, N]
+        for name, x in (("advantages/team", team_adv), ("advantages/individual", ind_adv)):
+            if not torch.isfinite(x).all():
+                raise NonFiniteError(name)
+        position = (torch.arange(T) % cfg.seq_len).reshape(T, 1, 1)
+        window_id = torch.arange(T) // cfg.seq_len
+        seq_id = (window_id[:, None, None] * E + torch.arange(E)[None, :, None]) * N + torch.arange(
+            N
+        )[None, None, :]
+        keys = GroupKeys(
+            type_id=self.type_of_agent.reshape(1, 1, N).to(team_adv.device),
+            position=position.to(team_adv.device),
+            sequence_id=seq_id.to(team_adv.device),
+        )
+        if self.whitener.scheme == "team_individual":
+            raw = cfg.alpha * team_adv + (1 - cfg.alpha) * ind_adv
+        else:
+            raw = team_adv + ind_adv
+        adv = self.whitener(team_adv, ind_adv, keys=keys)
+        info: dict[str, Any] = {"adv_clip_frac": float(self.whitener.last_clip_frac)}
+        if shaping:
+            cost = -batch.reward_penalty
+            cost_to_go = discounted_returns(
+                cost, (term | trunc)[..., None].expand(T, E, N), cfg.gamma
+            )
+            beta = float(self.penalty_schedule(progress))
+            norm_cost = whiten(cost_to_go, group=keys.type_id.expand(T, E, N))
+            adv = shape_with_penalty(adv.clone(), norm_cost, beta)
+            info["penalty_beta"] = beta
+        if not torch.isfinite(adv).all():
+            raise NonFiniteError("advantages (after whitening)")
+        info["raw"], info["adv"] = raw, adv
+        info["returns"] = (ret_team, ret_ind)
+        info["values"] = (v_team, v_ind)
+        per_type = {t.name: adv[:, :, list(t.agent_ids)] for t in self.layout.types}
+        return per_type, info
+
+    def update(self, batch: RolloutBatch, progress: float) -> dict[str, float]:
+        cfg = self.cfg
+        per_type, info = self.advantages(batch, progress)
+        metrics: dict[str, float] = {}
+        raw, adv = info["raw"], info["adv"]
+        for prefix, x in (("adv_raw", raw), ("adv", adv)):
+            for k, v in advantage_stats(x).items():
+                metrics[f"{prefix}/{k}"] = v
+            for t in self.layout.types:
+                for k, v in advantage_stats(x[:, :, list(t.agent_ids)]).items():
+                    metrics[f"{prefix}/{t.name}/{k}"] = v
+        self.last_advantages = {
+            t.name: (
+                raw[:, :, list(t.agent_ids)].detach().cpu().numpy().ravel(),
+                adv[:, :, list(t.agent_ids)].detach().cpu().numpy().ravel(),
+            )
+            for t in self.layout.types
+        }
+        metrics["adv_clip_frac"] = info["adv_clip_frac"]
+        if "penalty_beta" in info:
+            metrics["penalty_beta"] = info["penalty_beta"]
+        ent_coef = linear_schedule(cfg.ent_coef, cfg.ent_coef_final, progress)
+        lr_scale = 1.0 - progress if cfg.lr_schedule == "linear" else 1.0
+        lr = cfg.lr * max(lr_scale, 0.0)
+        metrics.update(
+            self.actor.update(batch, per_type, ent_coef=ent_coef, lr=lr, offset=self.offset)
+        )
+        metrics["lr"] = lr
+        metrics["ent_coef"] = ent_coef
+        if self.offset is not None:
+            metrics["optimism_offset"] = self.offset.b.item()
+        metrics.update(self.update_critic(batch, info, lr_scale))
+        # episode statistics
+        if batch.episodes:
+            for key in batch.episodes[0]:
+                metrics[f"episode/{key}"] = float(np.mean([e[key] for e in batch.episodes]))
+        metrics["episodes"] = float(len(batch.episodes))
+        return metrics
+
+    def update_critic(self, batch: RolloutBatch, info: dict, lr_scale: float) -> dict[str, float]:
+        cfg = self.cfg
+        T, E, N = batch.num_steps, batch.num_envs, self.layout.n_agents
+        ret_team, ret_ind = info["returns"]
+        v_team, v_ind = info["values"]
+        ev = explained_variance(
+            torch.cat([v_team.mean(-1).reshape(-1), v_ind.mean(-1).reshape(-1)]),
+            torch.cat([ret_team.mean(-1).reshape(-1), ret_ind.mean(-1).reshape(-1)]),
+        )
+        if self.value_norm_team is not None:
+            self.value_norm_team.update(ret_team.reshape(-1, 1))
+            self.value_norm_ind.update(ret_ind.transpose(-1, -2).reshape(-1, N))
+        tgt_team, tgt_ind = self._norm(ret_team, ret_ind)
+        K = tgt_team.shape[-1]
+        states = batch.state.reshape(T * E, -1)
+        tgt_team, tgt_ind = tgt_team.reshape(T * E, K), tgt_ind.reshape(T * E, N, K)
+        old_team = batch.values_team.reshape(T * E, K)
+        old_ind = batch.values_individual.reshape(T * E, N, K)
+        for g in self.critic_opt.param_groups:
+            g["lr"] = cfg.resolved_critic_lr * max(lr_scale, 0.0)
+        n = T * E
+        mb = max(1, math.ceil(n / cfg.num_minibatches))
+        total, gnorm, steps = 0.0, 0.0, 0
+        params = list(self.critic.parameters())
+        for _ in range(cfg.resolved_value_epochs):
+            perm = torch.randperm(n)
+            for start in range(0, n, mb):
+                idx = perm[start : start + mb]
+                p_team, p_ind = self.critic(states[idx])
+                loss = value_loss(
+                    p_team, old_team[idx], tgt_team[idx], value_clip=cfg.value_clip
+                ) + value_loss(p_ind, old_ind[idx], tgt_ind[idx], value_clip=cfg.value_clip)
+                if not torch.isfinite(loss):
+                    raise NonFiniteError("loss/value")
+                self.critic_opt.zero_grad(set_to_none=True)
+                loss.backward()
+                g = _step(self.critic_opt, params, cfg.max_grad_norm, self.ctx)
+                if not math.isfinite(g):
+                    raise NonFiniteError("grad_norm (value)")
+                total += loss.item()
+                gnorm += g
+                steps += 1
+        return {
+            "loss/value": total / max(steps, 1),
+            "value_grad_norm": gnorm / max(steps, 1),
+            "explained_variance": ev,
+        }
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        d = {
+            "policy": self.policy.state_dict(),
+            "critic": self.critic.state_dict(),
+            "actor_opt": self.actor.optimizer.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "whitener": self.whitener.state_dict(),
+            "collector": self.collector.state_dict(),
+        }
+        if self.offset is not None:
+            d["offset"] = self.offset.state_dict()
+        if self.value_norm_team is not None:
+            d["value_norm_team"] = self.value_norm_team.state_dict()
+            d["value_norm_ind"] = self.value_norm_ind.state_dict()
+        return d
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.policy.load_state_dict(d["policy"])
+        self.critic.load_state_dict(d["critic"])
+        self.actor.optimizer.load_state_dict(d["actor_opt"])
+        self.critic_opt.load_state_dict(d["critic_opt"])
+        self.whitener.load_state_dict(d["whitener"])
+        if self.offset is not None:
+            self.offset.load_state_dict(d["offset"])
+        if self.value_norm_team is not None:
+            self.value_norm_team.load_state_dict(d["value_norm_team"])
+            self.value_norm_ind.load_state_dict(d["value_norm_ind"])
+        if getattr(self.ctx, "enabled", False):
+            from marl.distributed import broadcast_parameters
+
+            broadcast_parameters(self.policy, self.ctx)
+            broadcast_parameters(self.critic, self.ctx)
+        collector_state = d["collector"]
+        if getattr(self.ctx, "rank", 0) != 0:
+            # the checkpoint holds rank 0's environments: other ranks restart their own
+            collector_state = {**collector_state, "env": None}
+        seed = self.ctx.seed_offset(self.cfg.seed) if self.ctx is not None else self.cfg.seed
+        self.collector.load_state_dict(collector_state, seed=seed)
+        self.vec = self.collector.vec

@@ -1,0 +1,213 @@
+"""PPO-family losses: clipped policy loss (asymmetric, dual-clip), value losses, ValueNorm,
+the learnable optimism offset, and linear schedules.
+
+Every function takes an optional ``mask`` (True = a valid sample) and averages over valid
+samples only. Shapes are arbitrary but equal (``[...]``) unless stated otherwise.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from marl.advantages import kl_k3
+
+__all__ = [
+    "NonFiniteError",
+    "masked_mean",
+    "ppo_policy_loss",
+    "value_loss",
+    "explained_variance",
+    "ValueNorm",
+    "OptimismOffset",
+    "linear_schedule",
+]
+
+
+class NonFiniteError(FloatingPointError):
+    """A NaN or inf appeared in a training quantity; the message names the quantity."""
+
+    def __init__(self, quantity: str) -> None:
+        self.quantity = quantity
+        super().__init__(f"non-finite value (NaN or inf) in {quantity}; training stopped")
+
+
+def masked_mean(x: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Mean of ``x`` over entries where ``mask`` (broadcastable) is true; 0 when none is."""
+    if mask is None:
+        return x.mean()
+    m = mask.to(x.dtype).expand_as(x)
+    return (x * m).sum() / m.sum().clamp_min(1.0)
+
+
+def ppo_policy_loss(
+    logp: Tensor,
+    logp_old: Tensor,
+    advantages: Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: float | None = None,
+    mask: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped surrogate loss (to minimise) and diagnostics.
+
+    ``ratio = exp(logp - logp_old)`` is clipped to ``[1 - clip_low, 1 + clip_high]``;
+    surrogate ``s = min(ratio * A, clip(ratio) * A)``; with ``dual_clip = c`` (> 1) the
+    surrogate of samples with ``A < 0`` is bounded below: ``s = max(s, c * A)`` (Ye et al. 2020).
+    Loss ``= -mean(s)``.
+
+    Diagnostics (detached scalars): ``clip_frac_low`` (fraction with ratio < 1 - clip_low),
+    ``clip_frac_high`` (ratio > 1 + clip_high), ``dual_clip_frac``, ``approx_kl`` (the k3
+    estimator of KL(old || new): ``mean(ratio - 1 - log ratio)``).
+    """
+    if not 0.0 < clip_low < 1.0:
+        raise ValueError(f"clip_low must be in (0, 1), got {clip_low}")
+    if clip_high <= 0.0:
+        raise ValueError(f"clip_high must be > 0, got {clip_high}")
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
+    if not (logp.shape == logp_old.shape == advantages.shape):
+        raise ValueError(
+            f"shapes differ: logp {tuple(logp.shape)}, logp_old {tuple(logp_old.shape)}, "
+            f"advantages {tuple(advantages.shape)}"
+        )
+    log_ratio = logp - logp_old
+    ratio = log_ratio.exp()
+    surr1 = ratio * advantages
+    surr2 = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * advantages
+    surr = torch.min(surr1, surr2)
+    dual_frac = torch.zeros((), device=logp.device)
+    if dual_clip is not None:
+        neg = advantages < 0
+        bounded = torch.max(surr, dual_clip * advantages)
+        dual_frac = masked_mean((neg & (surr < dual_clip * advantages)).float(), mask).detach()
+        surr = torch.where(neg, bounded, surr)
+    loss = -masked_mean(surr, mask)
+    with torch.no_grad():
+        stats = {
+            "clip_frac_low": masked_mean((ratio < 1.0 - clip_low).float(), mask),
+            "clip_frac_high": masked_mean((ratio > 1.0 + clip_high).float(), mask),
+            "dual_clip_frac": dual_frac,
+            "approx_kl": masked_mean(kl_k3(logp_old.detach(), logp.detach()), mask),
+        }
+    return loss, stats
+
+
+def value_loss(
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    *,
+    value_clip: float | None = None,
+    mask: Tensor | None = None,
+) -> Tensor:
+    """Squared-error value loss ``0.5 * (v - R)^2``; with ``value_clip = eps`` the PPO clipped
+    form ``0.5 * max((v - R)^2, (v_old + clip(v - v_old, -eps, eps) - R)^2)``."""
+    if not (values.shape == old_values.shape == returns.shape):
+        raise ValueError(
+            f"shapes differ: values {tuple(values.shape)}, old_values {tuple(old_values.shape)}, "
+            f"returns {tuple(returns.shape)}"
+        )
+    err = (values - returns) ** 2
+    if value_clip is not None:
+        if value_clip <= 0:
+            raise ValueError(f"value_clip must be > 0 (or None), got {value_clip}")
+        clipped = old_values + (values - old_values).clamp(-value_clip, value_clip)
+        err = torch.max(err, (clipped - returns) ** 2)
+    return 0.5 * masked_mean(err, mask)
+
+
+def explained_variance(pred: Tensor, target: Tensor) -> float:
+    """``1 - Var(target - pred) / Var(target)`` (nan when the target is constant)."""
+    var = target.double().var(unbiased=False)
+    if var.item() == 0.0:
+        return float("nan")
+    return float(1.0 - (target.double() - pred.double()).var(unbiased=False) / var)
+
+
+class ValueNorm(nn.Module):
+    """Debiased EMA normaliser of value targets, as MAPPO's ``ValueNorm``.
+
+    Keeps ``running_mean``, ``running_mean_sq`` (per feature of ``shape``) and a debiasing
+    term, all float64; ``mean = running_mean / debias``, ``var = running_mean_sq / debias -
+    mean^2`` (clamped at 1e-2 like MAPPO). ``update(x[..., *shape])`` uses the batch mean of
+    ``x`` and ``x^2`` over the leading dimensions; with ``distributed=True`` those batch
+    moments are the exact means over all ranks (sums and counts all-reduced).
+    """
+
+    def __init__(
+        self,
+        shape: int | tuple[int, ...] = 1,
+        beta: float = 0.99999,
+        epsilon: float = 1e-5,
+        *,
+        distributed: bool = False,
+    ) -> None:
+        super().__init__()
+        if not 0.0 < beta < 1.0:
+            raise ValueError(f"beta must be in (0, 1), got {beta}")
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        self.shape, self.beta, self.epsilon, self.distributed = shape, beta, epsilon, distributed
+        self.register_buffer("running_mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("running_mean_sq", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("debiasing_term", torch.zeros((), dtype=torch.float64))
+
+    def mean_var(self) -> tuple[Tensor, Tensor]:
+        debias = self.debiasing_term.clamp(min=self.epsilon)
+        mean = self.running_mean / debias
+        mean_sq = self.running_mean_sq / debias
+        return mean, (mean_sq - mean**2).clamp(min=1e-2)
+
+    @torch.no_grad()
+    def update(self, x: Tensor) -> None:
+        x = x.detach().double().reshape(-1, *self.shape)
+        total = torch.cat([x.sum(0).reshape(-1), (x**2).sum(0).reshape(-1)])
+        count = torch.tensor([float(x.shape[0])], dtype=torch.float64, device=x.device)
+        if self.distributed:
+            import torch.distributed as dist
+
+            dist.all_reduce(total)
+            dist.all_reduce(count)
+        n = int(torch.tensor(self.shape).prod().item()) if self.shape else 1
+        batch_mean = (total[:n] / count).reshape(self.shape)
+        batch_sq = (total[n:] / count).reshape(self.shape)
+        b = self.beta
+        self.running_mean.mul_(b).add_(batch_mean * (1 - b))
+        self.running_mean_sq.mul_(b).add_(batch_sq * (1 - b))
+        self.debiasing_term.mul_(b).add_(1 - b)
+
+    def normalize(self, x: Tensor) -> Tensor:
+        mean, var = self.mean_var()
+        return ((x.double() - mean) / var.sqrt()).to(x.dtype)
+
+    def denormalize(self, x: Tensor) -> Tensor:
+        mean, var = self.mean_var()
+        return (x.double() * var.sqrt() + mean).to(x.dtype)
+
+
+class OptimismOffset(nn.Module):
+    """Learnable optimism offset ``b`` (DESIGN.md, seed 000 note): ``A' = A + b``.
+
+    ``forward(A)`` returns ``A + b`` with ``b`` detached (the policy gradient does not move
+    ``b``); ``loss(A)`` is ``mean(A.detach() + b)^2``, whose minimiser is ``b = -mean(A)``: the
+    offset anneals from its initial value to the data's zero point.
+    """
+
+    def __init__(self, init: float = 0.5) -> None:
+        super().__init__()
+        self.b = nn.Parameter(torch.tensor(float(init)))
+
+    def forward(self, advantages: Tensor) -> Tensor:
+        return advantages + self.b.detach()
+
+    def loss(self, advantages: Tensor, mask: Tensor | None = None) -> Tensor:
+        return masked_mean(advantages.detach() + self.b, mask) ** 2
+
+
+def linear_schedule(start: float, end: float | None, progress: float) -> float:
+    """``start`` annealed linearly to ``end`` as ``progress`` goes 0 -> 1 (constant if None)."""
+    if end is None:
+        return float(start)
+    p = min(max(float(progress), 0.0), 1.0)
+    return float(start + (end - start) * p)

@@ -1,0 +1,291 @@
+"""Actors (one per agent type), the masked categorical, and the centralised critic.
+
+Algorithm-agnostic: MAPPO and GRPO both use :class:`MultiAgentPolicy`; only MAPPO uses
+:class:`CentralCritic`.
+
+Shapes (E envs, n_k agents of type k, D_k observation size, A_k actions, S state size):
+
+- actor step input: ``obs[E, n_k, D_k]``, ``mask[E, n_k, A_k]`` (bool), ``reset[E]`` (bool);
+  the agent's index within its type is appended as a one-hot (``n_k`` extra inputs).
+- actor sequence input (training): ``obs[B, L, n_k, D_k]`` with resets ``[B, L]`` and the
+  stored initial state of each of the ``B * n_k`` rows.
+- critic: ``state[..., S]`` -> team values ``[..., K]`` and individual values
+  ``[..., N, K]`` for the N agents of the env in ``possible_agents`` order (K = ensemble size).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "MASK_LOGIT",
+    "AgentLayout",
+    "TypeSpec",
+    "MaskedCategorical",
+    "TypeActor",
+    "MultiAgentPolicy",
+    "CentralCritic",
+]
+
+#: Logit given to masked actions: large and negative but finite (no -inf NaNs).
+MASK_LOGIT = -1e9
+
+
+@dataclass(frozen=True)
+class TypeSpec:
+    """One agent type: its agents (in index order) and their spaces."""
+
+    name: str
+    agents: tuple[str, ...]
+    agent_ids: tuple[int, ...]  # positions of the agents in possible_agents
+    obs_dim: int
+    n_actions: int
+
+    @property
+    def n_agents(self) -> int:
+        return len(self.agents)
+
+
+@dataclass(frozen=True)
+class AgentLayout:
+    """Agent types of a vector env (type = name prefix before the last '_')."""
+
+    agents: tuple[str, ...]
+    types: tuple[TypeSpec, ...]
+    state_dim: int
+
+    @property
+    def n_agents(self) -> int:
+        return len(self.agents)
+
+    @property
+    def type_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.types)
+
+    @staticmethod
+    def from_env(vec) -> AgentLayout:
+        """Read agents, spaces and state size from a contract-conforming vector env."""
+        agents = tuple(vec.possible_agents)
+        if not agents:
+            raise ValueError("the vector env has no agents (possible_agents is empty)")
+        by_type: dict[str, list[tuple[int, str]]] = {}
+        for a in agents:
+            if "_" not in a:
+                raise ValueError(f"agent name {a!r} has no '<type>_<index>' form")
+            prefix, suffix = a.rsplit("_", 1)
+            try:
+                index = int(suffix)
+            except ValueError:
+                raise ValueError(f"agent name {a!r}: index suffix is not an integer") from None
+            by_type.setdefault(prefix, []).append((index, a))
+        types = []
+        for name, members in by_type.items():
+            members.sort()
+            names = tuple(a for _, a in members)
+            obs_space = vec.observation_space(names[0])
+            obs_dim = int(obs_space["observation"].shape[0])
+            n_actions = int(vec.action_space(names[0]).n)
+            for a in names[1:]:
+                if (
+                    int(vec.observation_space(a)["observation"].shape[0]) != obs_dim
+                    or int(vec.action_space(a).n) != n_actions
+                ):
+                    raise ValueError(f"agents of type {name!r} have different spaces")
+            types.append(
+                TypeSpec(name, names, tuple(agents.index(a) for a in names), obs_dim, n_actions)
+            )
+        state_dim = int(vec.state_space.shape[0])
+        return AgentLayout(agents, tuple(types), state_dim)
+
+
+class MaskedCategorical:
+    """Categorical over ``logits[..., A]`` restricted to ``mask[..., A]`` (True = allowed).
+
+    Masked logits are set to :data:`MASK_LOGIT` (finite), so a masked action has probability
+    exactly 0 in float32 and entropies/log-probs stay finite. A row with no allowed action
+    falls back to the uniform distribution over all actions instead of producing NaN.
+    """
+
+    def __init__(self, logits: Tensor, mask: Tensor | None = None) -> None:
+        if mask is not None:
+            if mask.shape != logits.shape:
+                raise ValueError(
+                    f"mask shape {tuple(mask.shape)} != logits shape {tuple(logits.shape)}"
+                )
+            mask = mask.bool()
+            none_allowed = ~mask.any(dim=-1, keepdim=True)
+            mask = mask | none_allowed
+            logits = logits.masked_fill(~mask, MASK_LOGIT)
+        self.logits = logits
+        self.log_probs = torch.log_softmax(logits, dim=-1)
+        self.mask = mask
+
+    @property
+    def probs(self) -> Tensor:
+        return self.log_probs.exp()
+
+    def sample(self, generator: torch.Generator | None = None) -> Tensor:
+        """Gumbel-max sample, ``[...]`` long."""
+        u = torch.rand(self.logits.shape, generator=generator, device=self.logits.device)
+        gumbel = -torch.log(-torch.log(u.clamp_(1e-20, 1.0 - 1e-7)))
+        return (self.log_probs + gumbel).argmax(dim=-1)
+
+    def mode(self) -> Tensor:
+        return self.log_probs.argmax(dim=-1)
+
+    def log_prob(self, actions: Tensor) -> Tensor:
+        return self.log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self) -> Tensor:
+        p = self.log_probs.exp()
+        return -(p * self.log_probs).sum(dim=-1)
+
+
+def _backbone(kind: str, input_dim: int, hidden_dim: int):
+    from seqmodels.backbones import make_backbone
+
+    return make_backbone(kind, input_dim, hidden_dim)
+
+
+class TypeActor(nn.Module):
+    """Actor shared by the ``n_agents`` agents of one type (agent index one-hot as input)."""
+
+    def __init__(
+        self, obs_dim: int, n_agents: int, n_actions: int, backbone: str, hidden_dim: int
+    ) -> None:
+        super().__init__()
+        self.obs_dim, self.n_agents, self.n_actions = obs_dim, n_agents, n_actions
+        self.backbone = _backbone(backbone, obs_dim + n_agents, hidden_dim)
+        self.head = nn.Linear(self.backbone.output_dim, n_actions)
+        nn.init.orthogonal_(self.head.weight, gain=0.01)
+        nn.init.zeros_(self.head.bias)
+        self.register_buffer("agent_onehot", torch.eye(n_agents), persistent=False)
+
+    @property
+    def is_recurrent(self) -> bool:
+        return bool(self.backbone.is_recurrent)
+
+    def initial_state(self, num_envs: int) -> tuple[Tensor, ...]:
+        """State for ``num_envs * n_agents`` rows (env-major, agent-minor)."""
+        return tuple(self.backbone.initial_state(num_envs * self.n_agents))
+
+    def _inputs(self, obs: Tensor) -> Tensor:
+        # obs: [..., n_k, D] -> [..., n_k, D + n_k]
+        onehot = self.agent_onehot.to(obs.dtype).expand(*obs.shape[:-1], self.n_agents)
+        return torch.cat([obs, onehot], dim=-1)
+
+    def step(
+        self, obs: Tensor, mask: Tensor, state: tuple[Tensor, ...], reset: Tensor | None
+    ) -> tuple[MaskedCategorical, tuple[Tensor, ...]]:
+        """One step.
+
+        obs ``[E, n_k, D]``, mask ``[E, n_k, A]``, reset ``[E]`` -> dist over ``[E, n_k]``.
+        """
+        E = obs.shape[0]
+        x = self._inputs(obs).reshape(E * self.n_agents, -1)
+        r = None if reset is None else reset.repeat_interleave(self.n_agents)
+        y, state = self.backbone.step(x, state, r)
+        logits = self.head(y).reshape(E, self.n_agents, self.n_actions)
+        return MaskedCategorical(logits, mask), state
+
+    def sequence(
+        self,
+        obs: Tensor,
+        mask: Tensor,
+        state: tuple[Tensor, ...] | None,
+        resets: Tensor | None,
+    ) -> MaskedCategorical:
+        """Windows. obs ``[B, L, n_k, D]``, mask ``[B, L, n_k, A]``, resets ``[B, L]``,
+        state for ``B * n_k`` rows (env-major) -> dist over ``[B, L, n_k]``."""
+        B, L = obs.shape[:2]
+        x = self._inputs(obs).permute(0, 2, 1, 3).reshape(B * self.n_agents, L, -1)
+        r = None if resets is None else resets.repeat_interleave(self.n_agents, dim=0)
+        if self.is_recurrent:
+            y, _ = self.backbone(x, state, r)
+        else:
+            y, _ = self.backbone(x, None, None)
+        logits = self.head(y).reshape(B, self.n_agents, L, self.n_actions).permute(0, 2, 1, 3)
+        return MaskedCategorical(logits, mask)
+
+
+class MultiAgentPolicy(nn.Module):
+    """One :class:`TypeActor` per agent type of ``layout``."""
+
+    def __init__(self, layout: AgentLayout, backbone: str = "mlp", hidden_dim: int = 64) -> None:
+        super().__init__()
+        self.layout = layout
+        self.backbone_kind = backbone
+        self.actors = nn.ModuleDict(
+            {
+                t.name: TypeActor(t.obs_dim, t.n_agents, t.n_actions, backbone, hidden_dim)
+                for t in layout.types
+            }
+        )
+
+    @property
+    def is_recurrent(self) -> bool:
+        return any(a.is_recurrent for a in self.actors.values())
+
+    def initial_state(self, num_envs: int) -> dict[str, tuple[Tensor, ...]]:
+        return {name: actor.initial_state(num_envs) for name, actor in self.actors.items()}
+
+    @torch.no_grad()
+    def act(
+        self,
+        obs: dict[str, Tensor],
+        mask: dict[str, Tensor],
+        state: dict[str, tuple[Tensor, ...]],
+        reset: Tensor | None = None,
+        *,
+        deterministic: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, tuple[Tensor, ...]]]:
+        """Sample actions for every type: returns (actions ``[E, n_k]``, log-probs, new state)."""
+        actions, logps, new_state = {}, {}, {}
+        for name, actor in self.actors.items():
+            dist, new_state[name] = actor.step(obs[name], mask[name], state[name], reset)
+            a = dist.mode() if deterministic else dist.sample(generator)
+            actions[name] = a
+            logps[name] = dist.log_prob(a)
+        return actions, logps, new_state
+
+
+class CentralCritic(nn.Module):
+    """Centralised critic on the global state with a team head and per-agent individual heads.
+
+    ``forward(state[..., S]) -> (team [..., K], individual [..., N, K])``: an MLP trunk on the
+    state, a team head (K outputs, one per ensemble member) and an individual head with one
+    output per agent and member (equivalent to concatenating the agent one-hot before a
+    linear layer).
+    """
+
+    def __init__(self, state_dim: int, n_agents: int, hidden_dim: int = 128, ensemble: int = 1):
+        super().__init__()
+        self.n_agents, self.ensemble = n_agents, ensemble
+        self.trunk = nn.Sequential(
+            nn.Linear(state_dim, hidden_dim),
+            nn.Tanh(),
+            nn.Linear(hidden_dim, hidden_dim),
+            nn.Tanh(),
+        )
+        for m in self.trunk:
+            if isinstance(m, nn.Linear):
+                nn.init.orthogonal_(m.weight, gain=2**0.5)
+                nn.init.zeros_(m.bias)
+        # Each ensemble member gets its own heads; members differ by head initialisation.
+        self.team_head = nn.Linear(hidden_dim, ensemble)
+        self.individual_head = nn.Linear(hidden_dim, n_agents * ensemble)
+        for head in (self.team_head, self.individual_head):
+            nn.init.orthogonal_(head.weight, gain=1.0)
+            nn.init.zeros_(head.bias)
+
+    def forward(self, state: Tensor) -> tuple[Tensor, Tensor]:
+        h = self.trunk(state)
+        team = self.team_head(h)
+        individual = self.individual_head(h).reshape(
+            *state.shape[:-1], self.n_agents, self.ensemble
+        )
+        return team, individual

@@ -1,0 +1,385 @@
+"""Rollout collection on a contract-conforming vector env (docs/CONTRACTS.md section 1).
+
+Algorithm-agnostic: :class:`RolloutCollector` steps ``E`` environments for ``T`` steps with a
+:class:`marl.policies.MultiAgentPolicy`, carrying per-agent recurrent state (reset at episode
+starts) and, when a ``value_fn`` is given (MAPPO's critic), the values of every state and the
+bootstrap values of truncated episodes' final states. Nothing here depends on the
+environment's internals: agent types come from name prefixes, rewards by channel from the
+``reward_team`` / ``reward_individual`` / ``reward_penalty`` infos.
+
+Buffer shapes (T steps, E envs, n_k agents of type k, N agents, S state size, K heads):
+
+- ``obs[k]: [T, E, n_k, D_k]``, ``mask[k]: [T, E, n_k, A_k]`` bool, ``actions[k]``,
+  ``logp[k]: [T, E, n_k]``
+- ``reward_team: [T, E]``, ``reward_individual``, ``reward_penalty: [T, E, N]``
+- ``terminated``, ``truncated``, ``episode_start: [T, E]`` bool (``episode_start[t]``: the
+  observation at t is the first of an episode)
+- ``state: [T, E, S]``; ``values_team: [T, E, K]``, ``values_individual: [T, E, N, K]``;
+  ``next_values_*``: value of the next state in the same episode (the final state's value
+  where the episode was truncated; zero where it terminated)
+- ``window_states[k]``: the actor state before step ``t`` for each ``t`` in
+  ``window_state_steps``, each a tuple of ``[E * n_k, ...]`` tensors.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from marl.policies import AgentLayout, MultiAgentPolicy
+
+__all__ = [
+    "make_vector_env",
+    "resolve_env_fn",
+    "ObsBatcher",
+    "RolloutBatch",
+    "RolloutCollector",
+    "EpisodeTracker",
+]
+
+ValueFn = Callable[[Tensor], tuple[Tensor, Tensor]]
+
+
+def resolve_env_fn(env_fn: str) -> Callable:
+    """Import ``'module:function'``."""
+    if ":" not in env_fn:
+        raise ValueError(f"env_fn must be 'module:function', got {env_fn!r}")
+    module_name, fn_name = env_fn.split(":", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"env_fn {env_fn!r}: cannot import module {module_name!r}: {exc}") from exc
+    fn = getattr(module, fn_name, None)
+    if fn is None:
+        raise ValueError(f"env_fn {env_fn!r}: module {module_name!r} has no {fn_name!r}")
+    return fn
+
+
+def make_vector_env(env_fn: str, num_envs: int, env_kwargs: dict, *, autoreset: bool = True):
+    """Build ``env_fn(num_envs, autoreset=autoreset, **env_kwargs)``."""
+    return resolve_env_fn(env_fn)(num_envs, autoreset=autoreset, **env_kwargs)
+
+
+class ObsBatcher:
+    """Stacks per-agent observation dicts into per-type tensors ``[E, n_k, D]``."""
+
+    def __init__(self, layout: AgentLayout, device: torch.device | str = "cpu") -> None:
+        self.layout = layout
+        self.device = torch.device(device)
+
+    def __call__(self, obs: dict) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        obs_t, mask_t = {}, {}
+        for t in self.layout.types:
+            o = np.stack([obs[a]["observation"] for a in t.agents], axis=1)
+            m = np.stack([obs[a]["action_mask"] for a in t.agents], axis=1)
+            obs_t[t.name] = torch.from_numpy(np.ascontiguousarray(o, dtype=np.float32)).to(
+                self.device
+            )
+            mask_t[t.name] = torch.from_numpy(m.astype(bool)).to(self.device)
+        return obs_t, mask_t
+
+    def actions_to_env(self, actions: dict[str, Tensor]) -> dict[str, np.ndarray]:
+        """Per-type ``[E, n_k]`` actions -> dict agent -> int64 array ``[E]``."""
+        out = {}
+        for t in self.layout.types:
+            a = actions[t.name].cpu().numpy().astype(np.int64)
+            for j, name in enumerate(t.agents):
+                out[name] = a[:, j]
+        return out
+
+
+class EpisodeTracker:
+    """Per-env running returns by channel; emits one record per finished episode.
+
+    A record holds ``return`` (mean over agents of the summed reward), ``return_team``,
+    ``return_individual`` and ``return_penalty`` (means over agents), and the mean over agents
+    of every numeric info key not starting with ``reward_`` at the final step
+    (``success``, ``coverage``, ... when the env provides them).
+    """
+
+    def __init__(self, num_envs: int, n_agents: int) -> None:
+        self.team = np.zeros(num_envs)
+        self.individual = np.zeros((num_envs, n_agents))
+        self.penalty = np.zeros((num_envs, n_agents))
+
+    def step(
+        self,
+        team: np.ndarray,
+        individual: np.ndarray,
+        penalty: np.ndarray,
+        done: np.ndarray,
+        infos: dict,
+        agents: Sequence[str],
+    ) -> list[dict[str, float]]:
+        self.team += team
+        self.individual += individual
+        self.penalty += penalty
+        records = []
+        if done.any():
+            keys = [k for k in infos[agents[0]] if not k.startswith("reward_")]
+            for i in np.flatnonzero(done):
+                rec = {
+                    "return_team": float(self.team[i]),
+                    "return_individual": float(self.individual[i].mean()),
+                    "return_penalty": float(self.penalty[i].mean()),
+                }
+                rec["return"] = (
+                    rec["return_team"] + rec["return_individual"] + rec["return_penalty"]
+                )
+                for k in keys:
+                    rec[k] = float(np.mean([float(np.asarray(infos[a][k])[i]) for a in agents]))
+                records.append(rec)
+            self.team[done] = 0.0
+            self.individual[done] = 0.0
+            self.penalty[done] = 0.0
+        return records
+
+    def state_dict(self) -> dict:
+        return {
+            "team": self.team.copy(),
+            "individual": self.individual.copy(),
+            "penalty": self.penalty.copy(),
+        }
+
+    def load_state_dict(self, d: dict) -> None:
+        self.team, self.individual, self.penalty = (
+            d["team"].copy(),
+            d["individual"].copy(),
+            d["penalty"].copy(),
+        )
+
+
+def reward_channels(
+    infos: dict, agents: Sequence[str], rewards: dict | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(team ``[E]`` (mean over agents), individual ``[E, N]``, penalty ``[E, N]``) from infos."""
+    try:
+        team = np.stack([np.asarray(infos[a]["reward_team"], np.float64) for a in agents], 1)
+        ind = np.stack([np.asarray(infos[a]["reward_individual"], np.float64) for a in agents], 1)
+        pen = np.stack([np.asarray(infos[a]["reward_penalty"], np.float64) for a in agents], 1)
+    except KeyError as exc:
+        raise ValueError(
+            f"the env's infos lack the reward channel {exc.args[0]!r} required by the trainer "
+            "(docs/CONTRACTS.md section 1: reward_team, reward_individual, reward_penalty)"
+        ) from None
+    return team.mean(axis=1), ind, pen
+
+
+@dataclass
+class RolloutBatch:
+    """One rollout (see the module docstring for shapes)."""
+
+    obs: dict[str, Tensor]
+    mask: dict[str, Tensor]
+    actions: dict[str, Tensor]
+    logp: dict[str, Tensor]
+    reward_team: Tensor
+    reward_individual: Tensor
+    reward_penalty: Tensor
+    terminated: Tensor
+    truncated: Tensor
+    episode_start: Tensor
+    state: Tensor | None = None
+    values_team: Tensor | None = None
+    values_individual: Tensor | None = None
+    next_values_team: Tensor | None = None
+    next_values_individual: Tensor | None = None
+    window_state_steps: tuple[int, ...] = ()
+    window_states: dict[str, list[tuple[Tensor, ...]]] = field(default_factory=dict)
+    episodes: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.terminated.shape[0])
+
+    @property
+    def num_envs(self) -> int:
+        return int(self.terminated.shape[1])
+
+
+class RolloutCollector:
+    """Steps a vector env with a policy, keeping observations and actor state across calls."""
+
+    def __init__(
+        self,
+        vec,
+        layout: AgentLayout,
+        policy: MultiAgentPolicy,
+        *,
+        seed: int | None,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.vec = vec
+        self.layout = layout
+        self.policy = policy
+        self.device = torch.device(device)
+        self.num_envs = int(vec.num_envs)
+        self.batcher = ObsBatcher(layout, self.device)
+        obs, _ = vec.reset(seed=seed)
+        self.obs = obs
+        self.episode_start = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        self.policy_state = policy.initial_state(self.num_envs)
+        self.tracker = EpisodeTracker(self.num_envs, layout.n_agents)
+
+    @torch.no_grad()
+    def collect(
+        self,
+        num_steps: int,
+        *,
+        value_fn: ValueFn | None = None,
+        window_state_steps: Sequence[int] = (),
+        store_state: bool = False,
+    ) -> RolloutBatch:
+        """Collect ``num_steps`` steps from every env (autoreset env, episodes continue)."""
+        T, E, N = num_steps, self.num_envs, self.layout.n_agents
+        dev = self.device
+        agents = self.layout.agents
+        types = self.layout.types
+        obs_buf = {t.name: torch.empty(T, E, t.n_agents, t.obs_dim, device=dev) for t in types}
+        mask_buf = {
+            t.name: torch.empty(T, E, t.n_agents, t.n_actions, dtype=torch.bool, device=dev)
+            for t in types
+        }
+        act_buf = {
+            t.name: torch.empty(T, E, t.n_agents, dtype=torch.long, device=dev) for t in types
+        }
+        logp_buf = {t.name: torch.empty(T, E, t.n_agents, device=dev) for t in types}
+        r_team = np.zeros((T, E), np.float32)
+        r_ind = np.zeros((T, E, N), np.float32)
+        r_pen = np.zeros((T, E, N), np.float32)
+        term = np.zeros((T, E), bool)
+        trunc = np.zeros((T, E), bool)
+        starts = torch.empty(T, E, dtype=torch.bool, device=dev)
+        need_state = store_state or value_fn is not None
+        state_buf = None
+        vt = vi = nvt = nvi = None
+        wanted = {int(s): i for i, s in enumerate(window_state_steps)}
+        window_states: dict[str, list] = {t.name: [None] * len(wanted) for t in types}
+        episodes: list[dict[str, float]] = []
+        final_states: list[np.ndarray] = []
+        final_index: list[tuple[int, np.ndarray]] = []
+        cur_state = (
+            torch.from_numpy(np.asarray(self.vec.state(), np.float32)).to(dev)
+            if need_state
+            else None
+        )
+        for step in range(T):
+            if step in wanted:
+                for t in types:
+                    window_states[t.name][wanted[step]] = tuple(
+                        s.clone() for s in self.policy_state[t.name]
+                    )
+            obs_t, mask_t = self.batcher(self.obs)
+            for t in types:
+                obs_buf[t.name][step] = obs_t[t.name]
+                mask_buf[t.name][step] = mask_t[t.name]
+            reset = self.episode_start if self.policy.is_recurrent else None
+            actions, logps, self.policy_state = self.policy.act(
+                obs_t, mask_t, self.policy_state, reset
+            )
+            for t in types:
+                act_buf[t.name][step] = actions[t.name]
+                logp_buf[t.name][step] = logps[t.name]
+            starts[step] = self.episode_start
+            if need_state:
+                if state_buf is None:
+                    state_buf = torch.empty(T, E, cur_state.shape[-1], device=dev)
+                state_buf[step] = cur_state
+            self.obs, _rew, terms, truncs, infos = self.vec.step(
+                self.batcher.actions_to_env(actions)
+            )
+            team, ind, pen = reward_channels(infos, agents)
+            r_team[step], r_ind[step], r_pen[step] = team, ind, pen
+            te = np.asarray(terms[agents[0]], bool)
+            tr = np.asarray(truncs[agents[0]], bool) & ~te
+            term[step], trunc[step] = te, tr
+            done = te | tr
+            episodes.extend(self.tracker.step(team, ind, pen, done, infos, agents))
+            self.episode_start = torch.from_numpy(done.copy()).to(dev)
+            if need_state:
+                cur_state = torch.from_numpy(np.asarray(self.vec.state(), np.float32)).to(dev)
+            if value_fn is not None and tr.any():
+                final_states.append(np.asarray(self.vec.final_state, np.float32)[tr])
+                final_index.append((step, np.flatnonzero(tr)))
+        if value_fn is not None:
+            # all values in one batched call: the states of every step, then the state after
+            # the last step, then the final states of truncated episodes
+            flat = torch.cat([state_buf.reshape(T * E, -1), cur_state], 0)
+            if final_states:
+                flat = torch.cat([flat, torch.from_numpy(np.concatenate(final_states)).to(dev)], 0)
+            all_team, all_ind = value_fn(flat)
+            K = all_team.shape[-1]
+            vt = all_team[: T * E].reshape(T, E, K)
+            vi = all_ind[: T * E].reshape(T, E, N, K)
+            last_team, last_ind = all_team[T * E : T * E + E], all_ind[T * E : T * E + E]
+            nvt = torch.zeros_like(vt)
+            nvi = torch.zeros_like(vi)
+            pos = T * E + E
+            for step, rows in final_index:
+                r = torch.from_numpy(rows).to(dev)
+                nvt[step, r] = all_team[pos : pos + len(rows)]
+                nvi[step, r] = all_ind[pos : pos + len(rows)]
+                pos += len(rows)
+            # next value inside the episode: values[t+1] (or the value after the last step)
+            follow_team = torch.cat([vt[1:], last_team.unsqueeze(0)], 0)
+            follow_ind = torch.cat([vi[1:], last_ind.unsqueeze(0)], 0)
+            cont = torch.from_numpy(~(term | trunc)).to(dev)
+            nvt = torch.where(cont[..., None], follow_team, nvt)
+            nvi = torch.where(cont[..., None, None], follow_ind, nvi)
+        return RolloutBatch(
+            obs=obs_buf,
+            mask=mask_buf,
+            actions=act_buf,
+            logp=logp_buf,
+            reward_team=torch.from_numpy(r_team).to(dev),
+            reward_individual=torch.from_numpy(r_ind).to(dev),
+            reward_penalty=torch.from_numpy(r_pen).to(dev),
+            terminated=torch.from_numpy(term).to(dev),
+            truncated=torch.from_numpy(trunc).to(dev),
+            episode_start=starts,
+            state=state_buf,
+            values_team=vt,
+            values_individual=vi,
+            next_values_team=nvt,
+            next_values_individual=nvi,
+            window_state_steps=tuple(int(s) for s in window_state_steps),
+            window_states=window_states,
+            episodes=episodes,
+        )
+
+    # -- checkpointing ------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed to continue collecting exactly (the env is pickled)."""
+        try:
+            env_blob = pickle.dumps(self.vec)
+        except Exception:  # noqa: BLE001 - an env that cannot be pickled resumes with a reset
+            env_blob = None
+        return {
+            "env": env_blob,
+            "obs": self.obs,
+            "episode_start": self.episode_start.cpu(),
+            "policy_state": {k: tuple(s.cpu() for s in v) for k, v in self.policy_state.items()},
+            "tracker": self.tracker.state_dict(),
+        }
+
+    def load_state_dict(self, d: dict, *, seed: int | None = None) -> bool:
+        """Restore; returns False when the env could not be restored (it is reset instead)."""
+        if d.get("env") is None:
+            self.obs, _ = self.vec.reset(seed=seed)
+            self.episode_start[:] = True
+            self.policy_state = self.policy.initial_state(self.num_envs)
+            return False
+        self.vec = pickle.loads(d["env"])
+        self.obs = d["obs"]
+        self.episode_start = d["episode_start"].to(self.device)
+        self.policy_state = {
+            k: tuple(s.to(self.device) for s in v) for k, v in d["policy_state"].items()
+        }
+        self.tracker.load_state_dict(d["tracker"])
+        return True

@@ -1,0 +1,272 @@
+"""MAPPO pieces against independent references: windows, bootstrapping, GAE composition,
+stored recurrent states."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from test_train_fakeenv import vector_env
+
+from marl.config import TrainConfig, validate_config
+from marl.mappo import MAPPO, window_plan
+from marl.policies import AgentLayout, MultiAgentPolicy
+from marl.rollout import RolloutCollector
+
+FAKE = "test_train_fakeenv:vector_env"
+
+
+def _cfg(**kw) -> TrainConfig:
+    base = dict(
+        env_fn=FAKE, num_envs=6, rollout_steps=12, env={"max_cycles": 5, "goal": 2}, progress=False
+    )
+    base.update(kw)
+    cfg = TrainConfig(**base)
+    validate_config(cfg)
+    return cfg
+
+
+def test_window_plan_hand_example():
+    index, loss_mask, starts = window_plan(8, 4, 2)
+    assert starts == [0, 2]
+    assert index.tolist() == [[0, 1, 2, 3, 4, 5], [2, 3, 4, 5, 6, 7]]
+    assert loss_mask.tolist() == [[1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]]
+    with pytest.raises(ValueError, match="divide"):
+        window_plan(10, 4, 0)
+
+
+class _Recorder:
+    """Wraps a vector env and records state()/final_state after every step."""
+
+    def __init__(self, vec):
+        self.vec = vec
+        self.final_states, self.states = [], []
+
+    def __getattr__(self, name):
+        return getattr(self.vec, name)
+
+    def step(self, actions):
+        out = self.vec.step(actions)
+        self.final_states.append(np.array(self.vec.final_state))
+        self.states.append(np.array(self.vec.state()))
+        return out
+
+
+def test_collector_bootstraps_truncation_only():
+    torch.manual_seed(0)
+    vec = _Recorder(vector_env(5, max_cycles=4, goal=1, n_callers=1, n_pickers=1))
+    layout = AgentLayout.from_env(vec)
+    policy = MultiAgentPolicy(layout, "mlp", 8)
+    col = RolloutCollector(vec, layout, policy, seed=3)
+
+    def value_fn(s):  # team: sum of the state; individual: agent j -> s[..., j]
+        return s.sum(-1, keepdim=True), s[..., : layout.n_agents].unsqueeze(-1)
+
+    b = col.collect(20, value_fn=value_fn)
+    assert b.terminated.any() and b.truncated.any()
+    T = b.num_steps
+    for t in range(T):
+        for e in range(5):
+            if b.terminated[t, e]:
+                expected = 0.0
+            elif b.truncated[t, e]:
+                expected = vec.final_states[t][e].sum()
+            else:
+                expected = vec.states[t][e].sum()
+                if t + 1 < T:
+                    assert b.values_team[t + 1, e, 0] == pytest.approx(expected, rel=1e-6)
+            assert float(b.next_values_team[t, e, 0]) == pytest.approx(expected, rel=1e-5)
+            if b.truncated[t, e]:
+                np.testing.assert_allclose(
+                    b.next_values_individual[t, e, :, 0].numpy(),
+                    vec.final_states[t][e][: layout.n_agents],
+                    rtol=1e-6,
+                )
+    # episode starts follow the ends
+    assert b.episode_start[0].all()
+    done = b.terminated | b.truncated
+    assert torch.equal(b.episode_start[1:], done[:-1])
+
+
+def _np_gae(r, v, nv, term, trunc, gamma, lam):
+    T = len(r)
+    adv = np.zeros(T)
+    last = 0.0
+    for t in reversed(range(T)):
+        delta = r[t] + gamma * (0.0 if term[t] else nv[t]) - v[t]
+        last = delta + gamma * lam * (0.0 if (term[t] or trunc[t]) else 1.0) * last
+        adv[t] = last
+    return adv
+
+
+@pytest.mark.parametrize("penalty_channel", ["individual", "none"])
+def test_advantages_are_team_plus_individual_gae(penalty_channel):
+    torch.manual_seed(1)
+    cfg = _cfg(
+        whitening="none",
+        value_ensemble=2,
+        value_norm=False,
+        penalty_channel=penalty_channel,
+        gamma=0.9,
+        gae_lambda=0.8,
+    )
+    algo = MAPPO(cfg, None)
+    b = algo.collector.collect(12, value_fn=algo._values)
+    per_type, _ = algo.advantages(b, 0.0)
+    N = algo.layout.n_agents
+    term, trunc = b.terminated.numpy(), b.truncated.numpy()
+    for e in range(cfg.num_envs):
+        team = np.mean(
+            [
+                _np_gae(
+                    b.reward_team[:, e].numpy(),
+                    b.values_team[:, e, k].numpy(),
+                    b.next_values_team[:, e, k].numpy(),
+                    term[:, e],
+                    trunc[:, e],
+                    0.9,
+                    0.8,
+                )
+                for k in range(2)
+            ],
+            axis=0,
+        )
+        for j in range(N):
+            r = b.reward_individual[:, e, j].numpy().astype(np.float64)
+            if penalty_channel == "individual":
+                r = r + b.reward_penalty[:, e, j].numpy()
+            ind = np.mean(
+                [
+                    _np_gae(
+                        r,
+                        b.values_individual[:, e, j, k].numpy(),
+                        b.next_values_individual[:, e, j, k].numpy(),
+                        term[:, e],
+                        trunc[:, e],
+                        0.9,
+                        0.8,
+                    )
+                    for k in range(2)
+                ],
+                axis=0,
+            )
+            tname = algo.layout.agents[j].rsplit("_", 1)[0]
+            col = algo.layout.types[algo.layout.type_names.index(tname)].agents.index(
+                algo.layout.agents[j]
+            )
+            np.testing.assert_allclose(
+                per_type[tname][:, e, col].numpy(), team + ind, rtol=1e-4, atol=1e-5
+            )
+
+
+def test_default_whitening_is_team_individual_per_type():
+    torch.manual_seed(2)
+    algo = MAPPO(_cfg(), None)
+    b = algo.collector.collect(12, value_fn=algo._values)
+    per_type, info = algo.advantages(b, 0.0)
+    for x in per_type.values():
+        # alpha * whiten(team) + (1 - alpha) * whiten(ind), each zero-mean within the type
+        assert abs(float(x.double().mean())) < 1e-5
+
+
+def test_penalty_shaping_subtracts_beta_times_normalised_cost():
+    torch.manual_seed(3)
+    cfg0 = _cfg(penalty_channel="none")
+    cfg1 = _cfg(penalty_channel="none", penalty_beta_schedule="constant", penalty_beta=0.3)
+    a0, a1 = MAPPO(cfg0, None), MAPPO(cfg1, None)
+    a1.critic.load_state_dict(a0.critic.state_dict())
+    b = a0.collector.collect(12, value_fn=a0._values)
+    p0, _ = a0.advantages(b, 0.0)
+    p1, info = a1.advantages(b, 0.0)
+    assert info["penalty_beta"] == 0.3
+    # independent reference for the rescaled cost-to-go of one agent
+    T = b.num_steps
+    cost = -b.reward_penalty.numpy().astype(np.float64)
+    done = (b.terminated | b.truncated).numpy()
+    ctg = np.zeros_like(cost)
+    last = np.zeros(cost.shape[1:])
+    for t in reversed(range(T)):
+        last = cost[t] + cfg1.gamma * (~done[t])[:, None] * last
+        ctg[t] = last
+    t0 = a0.layout.types[0]
+    sel = ctg[:, :, list(t0.agent_ids)]
+    ref = (sel - sel.mean()) / (sel.std() + 1e-8)
+    np.testing.assert_allclose((p0[t0.name] - p1[t0.name]).numpy() / 0.3, ref, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "backbone, burn_in",
+    [("gru", 0), ("gru", 2), pytest.param("mamba", 2, marks=pytest.mark.slow)],
+)
+def test_recurrent_windows_reproduce_rollout_log_probs(backbone, burn_in):
+    """Before any update the windowed recomputation equals the rollout's log-probs: stored
+    initial states, resets at episode starts and burn-in are consistent."""
+    torch.manual_seed(4)
+    cfg = _cfg(backbone=backbone, hidden_dim=16, seq_len=4, burn_in=burn_in, rollout_steps=12)
+    algo = MAPPO(cfg, None)
+    algo.collector.collect(5, value_fn=algo._values)  # start mid-episode with non-zero state
+    b = algo.collector.collect(
+        12, value_fn=algo._values, window_state_steps=algo.actor.window_state_steps(12)
+    )
+    assert (b.episode_start[1:]).any()
+    per_type, _ = algo.advantages(b, 0.0)
+    units = algo.actor._units(b, per_type)
+    for t in algo.layout.types:
+        d = units["types"][t.name]
+        dist = algo.policy.actors[t.name].sequence(d["obs"], d["mask"], d["state"], units["resets"])
+        logp = dist.log_prob(d["actions"])
+        lm = units["loss_mask"][..., None].expand_as(logp)
+        torch.testing.assert_close(logp[lm], d["logp"][lm], atol=1e-5, rtol=1e-5)
+        # every rollout step is covered exactly once by the loss masks
+        assert int(lm.sum()) == b.num_steps * b.num_envs * t.n_agents
+
+
+@pytest.mark.parametrize(
+    "scheme",
+    [
+        "none",
+        "batch",
+        "type",
+        "position",
+        "chunk",
+        "sequence",
+        "type_position",
+        "running",
+        "running_ema",
+        "team_individual",
+        "center",
+    ],
+)
+def test_every_whitening_scheme_runs_an_update(scheme):
+    torch.manual_seed(5)
+    algo = MAPPO(_cfg(whitening=scheme, chunk_size=4, seq_len=4, adv_clip=3.0), None)
+    m = algo.iteration(0.0)
+    assert np.isfinite(m["loss/policy"]) and np.isfinite(m["adv/std"])
+    assert m["adv/max_abs"] <= 3.0 + 1e-6
+    if scheme not in ("none", "center"):
+        assert abs(m["adv/mean"]) < 1.0
+
+
+def test_calibration_switches_run_together():
+    torch.manual_seed(6)
+    cfg = _cfg(
+        dual_clip=3.0,
+        value_clip=0.1,
+        value_epochs=3,
+        value_ensemble=3,
+        optimism_offset=0.5,
+        clip_low=0.1,
+        clip_high=0.3,
+        ent_coef_final=0.0,
+        lr_schedule="linear",
+        penalty_beta_schedule="linear",
+        max_grad_norm=0.5,
+    )
+    algo = MAPPO(cfg, None)
+    m1 = algo.iteration(0.0)
+    m2 = algo.iteration(0.5)
+    assert m2["lr"] == pytest.approx(cfg.lr * 0.5)
+    assert m2["ent_coef"] == pytest.approx(0.005)
+    assert m2["penalty_beta"] == pytest.approx(max(0.1, 0.5 * 0.5))
+    assert m1["optimism_offset"] != 0.5  # b is trained
+    assert algo.critic.team_head.out_features == 3

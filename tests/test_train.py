@@ -1,0 +1,410 @@
+"""Train CLI, config parsing, run artifacts and reliability (resume, SIGINT, SIGKILL, NaN)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+
+from marl.checkpoint import latest_path, load_checkpoint
+from marl.config import ConfigError, TrainConfig, parse_cli
+from marl.logging import read_metrics
+from marl.train import main as train_main
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+FAKE = "test_train_fakeenv:vector_env"
+TINY = [
+    "--env-fn",
+    FAKE,
+    "--num-envs",
+    "8",
+    "--rollout-steps",
+    "16",
+    "--hidden-dim",
+    "16",
+    "--critic-hidden-dim",
+    "16",
+    "--eval-episodes",
+    "4",
+    "--progress",
+    "false",
+    "--baselines",
+    "false",
+    "--env.max_cycles",
+    "6",
+    "--env.goal",
+    "2",
+]
+TIME_KEYS = {"time_s", "sps", "agent_sps", "time/collect_s", "time/update_s"}
+
+
+# ---------------------------------------------------------------- config / CLI
+
+
+def test_parse_cli_defaults_and_overrides(tmp_path):
+    cfg = parse_cli([])
+    assert isinstance(cfg, TrainConfig)
+    assert cfg.algo == "mappo" and cfg.whitening == "team_individual" and cfg.value_norm
+    cfg = parse_cli(
+        [
+            "--lr",
+            "1e-3",
+            "--num_envs",
+            "8",
+            "--value-clip",
+            "none",
+            "--dual-clip",
+            "3",
+            "--env.grid_size",
+            "8",
+            "--env.minimap=false",
+        ]
+    )
+    assert cfg.lr == 1e-3 and cfg.num_envs == 8 and cfg.value_clip is None
+    assert cfg.dual_clip == 3.0 and cfg.env == {"grid_size": 8, "minimap": False}
+
+
+def test_yaml_config_sets_fields_and_env(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"seed": 7, "whitening": "type", "env": {"grid_size": 10}}))
+    cfg = parse_cli(["--config", str(path), "--env.n_targets", "2"])
+    assert cfg.seed == 7 and cfg.whitening == "type"
+    assert cfg.env == {"grid_size": 10, "n_targets": 2}
+    path.write_text("bogus_key: 1\n")
+    with pytest.raises(ConfigError, match="bogus_key"):
+        parse_cli(["--config", str(path)])
+
+
+def test_recipes_and_explicit_flags_win():
+    cal = parse_cli(["--recipe", "calibrated"])
+    assert (
+        cal.value_clip,
+        cal.resolved_value_epochs,
+        cal.whitening,
+        cal.adv_clip,
+        cal.ent_coef,
+        cal.optimism_offset,
+    ) == (0.1, 4, "batch", 5.0, 0.01, 0.5)
+    base = parse_cli(["--recipe", "baseline"])
+    assert base.whitening == "batch" and base.adv_clip is None and not base.value_norm
+    assert base.optimism_offset is None and base.value_clip is None
+    mixed = parse_cli(["--recipe", "calibrated", "--value-clip", "0.3", "--whitening", "type"])
+    assert mixed.value_clip == 0.3 and mixed.whitening == "type" and mixed.adv_clip == 5.0
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--whitening", "bogus"], r"--whitening.*allowed: none, batch"),
+        (["--backbone", "lstm"], r"--backbone.*mlp, gru, mamba, mamba2"),
+        (["--clip-low", "1.5"], r"--clip-low.*\(0, 1\)"),
+        (["--num-envs", "0"], r"--num-envs.*>= 1"),
+        (["--num-envs", "abc"], r"--num-envs.*expected int"),
+        (["--no-such-flag", "1"], r"--no-such-flag"),
+        (["--alpha", "2"], r"--alpha.*\[0, 1\]"),
+        (["--backbone", "gru", "--seq-len", "7"], r"--seq-len.*divisor"),
+        (["--value-norm", "maybe"], r"--value-norm.*true/false"),
+        (["--algo", "dqn"], r"--algo.*mappo, grpo"),
+    ],
+)
+def test_invalid_options_raise_config_error(argv, match):
+    with pytest.raises(ConfigError, match=match):
+        parse_cli(argv)
+
+
+def test_help_lists_every_field(capsys):
+    with pytest.raises(SystemExit):
+        parse_cli(["--help"])
+    out = capsys.readouterr().out
+    for name in (
+        "--total-steps",
+        "--whitening",
+        "--value-ensemble",
+        "--group-size",
+        "--penalty-beta-schedule",
+        "--kl-beta",
+        "--optimism-offset",
+        "--burn-in",
+    ):
+        assert name in out
+
+
+def test_invalid_config_fails_before_any_work(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert train_main(["--whitening", "nope", "--run-dir", str(run)]) == 2
+    assert "--whitening" in capsys.readouterr().err
+    assert not run.exists()
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def _run(run_dir, *extra):
+    return train_main([*TINY, "--run-dir", str(run_dir), *extra])
+
+
+@pytest.mark.slow
+def test_end_to_end_artifacts_on_a_second_env(tmp_path):
+    run = tmp_path / "run"
+    assert _run(run, "--total-steps", "640", "--eval-every", "2", "--checkpoint-every", "2") == 0
+    for name in (
+        "config.yaml",
+        "metrics.jsonl",
+        "eval.json",
+        "episode.gif",
+        "checkpoints/latest.pt",
+        "plots/learning_curves.png",
+        "plots/advantages.png",
+    ):
+        assert (run / name).exists(), name
+    assert any(f.startswith("events") for f in os.listdir(run / "tb"))
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["env"] == {"max_cycles": 6, "goal": 2} and cfg["num_envs"] == 8
+    rows = read_metrics(str(run / "metrics.jsonl"))
+    assert [r["update"] for r in rows] == [1, 2, 3, 4, 5]
+    assert rows[-1]["env_steps"] == 640
+    need = {
+        "update",
+        "env_steps",
+        "time_s",
+        "sps",
+        "agent_sps",
+        "episode/return",
+        "episode/return_team",
+        "episode/return_individual",
+        "episode/return_penalty",
+        "episode/success",
+        "episode/solved",
+        "episode/episode_length",
+        "adv_raw/mean",
+        "adv/std",
+        "adv/pos_frac",
+        "adv/neg_mean",
+        "adv_raw/caller/mean",
+        "adv/picker/std",
+        "adv_clip_frac",
+        "loss/policy",
+        "loss/value",
+        "loss/entropy",
+        "entropy",
+        "explained_variance",
+        "clip_frac_low",
+        "clip_frac_high",
+        "approx_kl",
+        "grad_norm",
+        "lr",
+    }
+    assert need <= set(rows[-1]), need - set(rows[-1])
+    assert "eval/success_rate" in rows[1] and "eval/success_rate" not in rows[0]
+    assert rows[1]["eval/success"] == rows[1]["eval/success_rate"]
+    ev = json.loads((run / "eval.json").read_text())
+    for k in (
+        "success_rate",
+        "solved_rate",
+        "mean_return",
+        "coverage",
+        "episode_length",
+        "n_episodes",
+        "seeds",
+    ):
+        assert k in ev
+    assert ev["n_episodes"] == 4 and ev["seeds"] == [10000, 10001, 10002, 10003]
+    assert ev["coverage"] is None  # the signal game reports no coverage
+
+
+def test_evaluate_cli_rewrites_eval_json(tmp_path, capsys):
+    from marl.evaluate import main as eval_main
+
+    run = tmp_path / "run"
+    assert _run(run, "--total-steps", "128", "--plots", "false", "--gif", "false") == 0
+    first = json.loads((run / "eval.json").read_text())
+    (run / "eval.json").unlink()
+    sys.path.insert(0, TESTS)
+    assert eval_main([str(run)]) == 0
+    assert json.loads((run / "eval.json").read_text()) == first
+    assert "success_rate" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_resumed_run_equals_uninterrupted_run(tmp_path):
+    common = [
+        "--checkpoint-every",
+        "1",
+        "--plots",
+        "false",
+        "--gif",
+        "false",
+        "--seed",
+        "3",
+        "--eval-every",
+        "2",
+    ]
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert _run(full, "--total-steps", "768", *common) == 0
+    assert _run(part, "--total-steps", "384", *common) == 0
+    assert train_main(["--resume", str(part), "--total-steps", "768"]) == 0
+    a = read_metrics(str(full / "metrics.jsonl"))
+    b = read_metrics(str(part / "metrics.jsonl"))
+    assert [r["update"] for r in b] == list(range(1, 7))
+    for ra, rb in zip(a, b, strict=True):
+        for key in set(ra) - TIME_KEYS:
+            assert ra[key] == pytest.approx(rb[key], rel=1e-6, abs=1e-9), key
+    pa = load_checkpoint(latest_path(str(full)))["algo"]["policy"]
+    pb = load_checkpoint(latest_path(str(part)))["algo"]["policy"]
+    for k in pa:
+        torch.testing.assert_close(pa[k], pb[k])
+
+
+def test_nan_stops_with_named_quantity_and_keeps_checkpoint(tmp_path, capsys):
+    run = tmp_path / "run"
+    # 16 env-steps per rollout -> the NaN arrives in update 3 (call 40)
+    code = _run(run, "--total-steps", "2000", "--checkpoint-every", "1", "--env.nan_at_call", "40")
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "non-finite" in err and "rewards" in err
+    ckpt = load_checkpoint(latest_path(str(run)))
+    assert ckpt["update"] == 2
+    assert not (run / "eval.json").exists()
+
+
+def _spawn(run_dir, *extra):
+    env = {**os.environ, "PYTHONPATH": TESTS + os.pathsep + ROOT, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "marl.train",
+            *TINY,
+            "--run-dir",
+            str(run_dir),
+            "--checkpoint-every",
+            "1",
+            "--plots",
+            "false",
+            "--gif",
+            "false",
+            *extra,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for(path, proc, timeout=120.0):
+    t0 = time.time()
+    while not os.path.exists(path):
+        if proc.poll() is not None:
+            raise AssertionError(f"process ended early: {proc.communicate()}")
+        if time.time() - t0 > timeout:
+            proc.kill()
+            raise AssertionError("timed out waiting for a checkpoint")
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_sigint_checkpoints_and_exits_cleanly_then_resume(tmp_path):
+    run = tmp_path / "run"
+    proc = _spawn(run, "--max-time", "600")
+    _wait_for(latest_path(str(run)), proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert not (run / "eval.json").exists()
+    ckpt = load_checkpoint(latest_path(str(run)))
+    rows = read_metrics(str(run / "metrics.jsonl"))
+    assert rows[-1]["update"] == ckpt["update"]
+    total = ckpt["env_steps"] + 256
+    assert (
+        train_main(["--resume", str(run), "--total-steps", str(total), "--max-time", "none"]) == 0
+    )
+    assert (run / "eval.json").exists()
+
+
+@pytest.mark.slow
+def test_sigkill_resumes_from_last_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    proc = _spawn(run, "--total-steps", "100000")
+    _wait_for(latest_path(str(run)), proc)
+    time.sleep(1.0)
+    proc.kill()
+    proc.wait(timeout=30)
+    ckpt = load_checkpoint(latest_path(str(run)))
+    done = ckpt["update"]
+    assert train_main(["--resume", str(run), "--total-steps", str(ckpt["env_steps"] + 256)]) == 0
+    rows = read_metrics(str(run / "metrics.jsonl"))
+    assert [r["update"] for r in rows] == list(range(1, done + 3))
+    assert (run / "eval.json").exists()
+
+
+# ---------------------------------------------------------------- learning (CI)
+
+TINY_SEARCH = [
+    "--env.grid_size",
+    "8",
+    "--env.n_scouts",
+    "1",
+    "--env.n_rescuers",
+    "1",
+    "--env.n_targets",
+    "2",
+    "--env.max_cycles",
+    "60",
+]
+
+
+@pytest.mark.slow
+def test_mappo_learns_tiny_search_where_random_fails(tmp_path):
+    """Default MAPPO on an 8x8 multisearch with 2 targets and 60 steps: the random policy
+    collects ~10% of the targets and solves no episode; ~45k env steps of training (about a
+    minute on a shared 2-core CPU) must collect >= 80%."""
+    from envs.baselines import evaluate_policy
+
+    run = tmp_path / "run"
+    code = train_main(
+        [
+            "--total-steps",
+            "45056",
+            "--seed",
+            "0",
+            "--run-dir",
+            str(run),
+            "--eval-every",
+            "0",
+            "--progress",
+            "false",
+            "--plots",
+            "false",
+            "--gif",
+            "false",
+            "--baselines",
+            "false",
+            *TINY_SEARCH,
+        ]
+    )
+    assert code == 0
+    ev = json.loads((run / "eval.json").read_text())
+    env_kw = {"grid_size": 8, "n_scouts": 1, "n_rescuers": 1, "n_targets": 2, "max_cycles": 60}
+    rand = evaluate_policy("random", seeds=ev["seeds"], **env_kw)
+    assert rand["success_rate"] < 0.2 and rand["solved_rate"] < 0.1
+    assert ev["success_rate"] >= 0.8, ev
+    assert ev["solved_rate"] >= 0.6, ev
+
+
+def test_bad_env_kwargs_fail_before_any_work(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert train_main(["--env.grid_size", "-3", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "--env" in err and "grid_size" in err
+    assert not run.exists()
