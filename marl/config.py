@@ -351,6 +351,64 @@ def _check(cond: bool, name: str, value: Any, allowed: str) -> None:
         )
 
 
+def _check_applicable(cfg: TrainConfig, explicit: Any) -> None:
+    """Reject options that the chosen whitening scheme / schedule would silently ignore.
+
+    A field counts as set when it was given on the command line (``explicit``, even at its
+    default value) or when its value differs from the default (YAML, code); recipes never
+    set these fields, so a recipe alone never triggers the error.
+    """
+    explicit = frozenset(explicit or ())
+
+    def is_set(name: str) -> bool:
+        f = FIELDS[name]
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        return name in explicit or getattr(cfg, name) != default
+
+    scheme = cfg.whitening
+    grouped = ("team_individual", "running", "running_ema")
+    # GRPO always mixes team and individual returns by alpha within groups of its inner
+    # grouping, and has no value norm (marl.grpo.validate_grpo_config checks its options)
+    grpo = cfg.algo == "grpo"
+    # (field, applies?, when it applies)
+    rules = (
+        ("alpha", grpo or scheme == "team_individual", "--whitening team_individual"),
+        (
+            "whiten_inner",
+            grpo or scheme in grouped,
+            "--whitening team_individual, running or running_ema (their inner grouping)",
+        ),
+        (
+            "chunk_size",
+            scheme == "chunk" or (scheme in grouped and cfg.whiten_inner == "chunk"),
+            "--whitening chunk, or team_individual/running/running_ema with --whiten-inner chunk",
+        ),
+        ("running_momentum", scheme == "running_ema", "--whitening running_ema"),
+        (
+            "penalty_beta",
+            cfg.penalty_beta_schedule != "none",
+            "--penalty-beta-schedule constant or linear",
+        ),
+        (
+            "penalty_beta_floor",
+            cfg.penalty_beta_schedule == "linear",
+            "--penalty-beta-schedule linear",
+        ),
+        ("value_norm_beta", grpo or bool(cfg.value_norm), "--value-norm true"),
+    )
+    for name, applies, when in rules:
+        if not applies and is_set(name):
+            current = {
+                "penalty_beta": f"--penalty-beta-schedule {cfg.penalty_beta_schedule}",
+                "penalty_beta_floor": f"--penalty-beta-schedule {cfg.penalty_beta_schedule}",
+                "value_norm_beta": f"--value-norm {cfg.value_norm}",
+            }.get(name, f"--whitening {scheme}")
+            raise ConfigError(
+                f"--{name.replace('_', '-')}: has no effect with {current}; it applies only "
+                f"with {when} (remove it or change that option)"
+            )
+
+
 def validate_config(cfg: TrainConfig) -> None:
     """Raise ConfigError naming the first invalid field and its allowed values."""
     for name, f in FIELDS.items():
@@ -435,6 +493,7 @@ def validate_config(cfg: TrainConfig) -> None:
         _check(cfg.burn_in == 0, "burn_in", cfg.burn_in, "0 for the mlp backbone (no memory)")
     for key in cfg.env:
         _check(isinstance(key, str) and key.isidentifier(), "env", key, "keyword-argument names")
+    _check_applicable(cfg, getattr(cfg, "_explicit", None))
     # options that do not apply to the chosen algorithm (value heads with grpo, GRPO-only
     # options with mappo) are rejected, not ignored
     from marl.grpo import validate_grpo_config

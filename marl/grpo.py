@@ -1,0 +1,1094 @@
+"""GRPO for multi-agent search: critic-free, group-relative, team and individual channels.
+
+A *group* is ``G`` episodes started from the same reset seed (identical initial state);
+they differ only by the policy's sampled actions. One update, top to bottom
+(:meth:`GRPO.iteration`):
+
+1. **Collect** whole episodes on ``vector_env(num_envs = P * G, autoreset=False)`` reset with
+   ``[s_p for p in range(P) for _ in range(G)]``: P distinct seeds, each repeated G times
+   (:func:`group_seeds`; seeds are disjoint across updates and ranks, so a group never
+   spans two ranks). Step until every env has ended; steps after an env's end are masked
+   (``valid [T, E]``). Per episode: the team return ``[E]`` and each agent's individual
+   return ``[E, N]`` (the penalty channel is added to the individual one unless penalty
+   shaping is on or ``penalty_channel='none'``, as in MAPPO). Returns are undiscounted.
+2. **Advantages** (all normalisation maths in :mod:`marl.advantages` / :mod:`marl.whitening`):
+
+   * ``outcome`` (default): team returns normalised within their group of G episodes;
+     individual returns normalised within group x agent type (the ``G * n_k`` returns of the
+     type's agents in the group; ``whiten_inner='batch'``: within the group over all agents);
+     both broadcast to every valid step of the episode and mixed
+     ``A = alpha * A_team + (1 - alpha) * A_individual``.
+   * ``process``: step rewards normalised with the mean/std of all valid steps of the group
+     (team) or of group x agent type (individual), summed from t to the episode's end, mixed
+     by alpha.
+   * ``grpo_scale_std=False``: centre only (Dr. GRPO); ``grpo_leave_one_out``: RLOO baseline
+     (outcome only). A group whose channels all have zero variance gets zero advantage and
+     is counted in ``frac_zero_std``; ``grpo_filter_zero_std`` drops such groups from the
+     loss (DAPO's dynamic sampling without re-sampling: the batch shrinks).
+
+   The team return is the same for every agent of an episode, so its statistics are taken
+   over the group's G episodes (per agent type they would be identical), which keeps the
+   leave-one-out factor G / (G - 1) exact.
+3. **Optional second stage** (``whitening`` other than ``team_individual``, which *is* the
+   group-relative normalisation above, and ``none``): the trainer's whitening scheme applied
+   to the mixed advantage over the batch (``batch``, ``type``, ``position`` = step in the
+   episode, ``chunk``, ``sequence`` = agent-episode, ``running``, ``running_ema``,
+   ``center``), statistics reduced across ranks; then the symmetric clip ``adv_clip``.
+4. **Penalty shaping** (seed 003): ``A - beta(t) * normalised penalty`` where the penalty
+   cost (``-reward_penalty``) is normalised like the individual channel (group x type;
+   outcome: its episode sum, process: summed from t), ``beta(t)`` from the schedules of
+   :mod:`marl.advantages`; then the optional optimism offset ``A + b``.
+5. **Policy update**: MAPPO's clipped objective (:class:`marl.mappo.ActorUpdater`, shared
+   code) over minibatches of whole episodes, masked to valid (and kept) steps, plus
+   ``kl_beta * k3(pi || pi_ref)`` against a frozen reference policy refreshed every
+   ``ref_refresh`` updates (0: never; the reference is the initial policy).
+
+No critic: options that configure value heads are rejected for ``--algo grpo``
+(:func:`validate_grpo_config`).
+
+Metrics (besides the shared ones: ``adv_raw/*`` = the mixed raw returns at valid steps,
+``adv/*`` = final advantages at the steps that enter the loss, policy loss, entropy, clip
+fractions, approx_kl, grad_norm, ``episode/*``): ``frac_zero_std`` (fraction of groups with no
+signal in any mixed channel, over all ranks), ``frac_zero_std_team``,
+``frac_zero_std_individual`` (per channel; individual: per group x type), ``groups``,
+``groups_kept`` (after ``grpo_filter_zero_std``), ``kl_ref`` (k3 KL of the behaviour policy to
+the reference, when ``kl_beta > 0``), ``penalty_beta`` (with penalty shaping).
+
+Debugging distributed runs: with the environment variable ``MARL_GRPO_DEBUG_DIR=DIR`` every
+rank writes ``DIR/rank{r}.pt`` after each update: the returns, group ids, masks and final
+advantages of its batch, and its policy parameters (used by the 2-process CI test).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from marl.advantages import (
+    constant,
+    group_relative_advantages,
+    kl_k3,
+    linear_decay,
+    process_advantages,
+    shape_with_penalty,
+)
+from marl.objectives import NonFiniteError, OptimismOffset, linear_schedule
+from marl.policies import AgentLayout, MultiAgentPolicy
+from marl.rollout import EpisodeTracker, ObsBatcher, make_vector_env, reward_channels
+from marl.whitening import AdvantageWhitener, GroupKeys, advantage_stats, symmetric_clip
+
+__all__ = [
+    "GRPO",
+    "GroupBatch",
+    "GRPO_SEED_BASE",
+    "INAPPLICABLE_TO_GRPO",
+    "GRPO_ONLY_FIELDS",
+    "collect_group_episodes",
+    "episode_returns",
+    "group_ids_for",
+    "group_reset_seeds",
+    "group_seeds",
+    "grpo_advantages",
+    "outcome_advantages",
+    "process_step_advantages",
+    "validate_grpo_config",
+    "zero_signal_groups",
+]
+
+#: Training reset seeds start here (far from the validation seeds ``eval_seed + i``).
+GRPO_SEED_BASE = 1_000_000_000
+
+#: Fields that configure the critic / value heads, GAE or fixed-length rollouts: with
+#: ``--algo grpo`` they have no effect, so setting them is an error (value: the reason).
+INAPPLICABLE_TO_GRPO: dict[str, str] = {
+    "value_epochs": "GRPO has no value head",
+    "value_clip": "GRPO has no value head",
+    "value_norm": "GRPO has no value head (no value targets to normalise)",
+    "value_norm_beta": "GRPO has no value head",
+    "value_ensemble": "GRPO has no value head",
+    "critic_lr": "GRPO has no critic",
+    "critic_hidden_dim": "GRPO has no critic",
+    "gae_lambda": "GRPO uses group-relative returns, not GAE",
+    "gamma": "GRPO uses undiscounted episode returns",
+    "rollout_steps": "GRPO collects whole episodes (set num_envs and group_size instead)",
+    "seq_len": "GRPO trains recurrent backbones on whole episodes",
+    "burn_in": "GRPO trains recurrent backbones on whole episodes",
+}
+
+#: Fields that only GRPO reads: setting them with ``--algo mappo`` is an error.
+GRPO_ONLY_FIELDS = (
+    "group_size",
+    "grpo_advantage",
+    "grpo_scale_std",
+    "grpo_leave_one_out",
+    "grpo_filter_zero_std",
+    "kl_beta",
+    "ref_refresh",
+)
+
+_GRPO_INNER = ("type", "batch")
+
+
+class GRPOConfigError(ValueError):
+    """Raised for GRPO option combinations that cannot apply (re-raised as ConfigError)."""
+
+
+def _config_error(message: str) -> Exception:
+    try:
+        from marl.config import ConfigError
+
+        return ConfigError(message)
+    except ImportError:  # pragma: no cover - config is part of the package
+        return GRPOConfigError(message)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def validate_grpo_config(cfg: Any, explicit: Collection[str] | None = None) -> None:
+    """Reject options that do not apply to the configured algorithm.
+
+    Args:
+        cfg: a ``marl.config.TrainConfig``.
+        explicit: names of the fields set on the command line (``parse_cli`` stores them as
+            ``cfg._explicit``): setting an inapplicable field there is an error even at its
+            default value (``--algo grpo --value-norm true``). Any other field (YAML file,
+            config built in code, a run's config.yaml) is an error when its value differs
+            from the default. ``value_norm`` defaults to True (a MAPPO setting), so outside
+            the command line it is not checked.
+
+    Raises:
+        ConfigError (a ValueError) naming the field, why it does not apply, and what to do.
+    """
+    import dataclasses
+
+    defaults = {
+        f.name: (f.default_factory() if f.default is dataclasses.MISSING else f.default)  # type: ignore[misc]
+        for f in dataclasses.fields(cfg)
+    }
+    explicit = frozenset(explicit or ())
+
+    def is_set(name: str) -> bool:
+        if name in explicit:
+            return True
+        if name == "value_norm":
+            return False
+        return getattr(cfg, name) != defaults.get(name)
+
+    if cfg.algo == "mappo":
+        for name in GRPO_ONLY_FIELDS:
+            if is_set(name):
+                raise _config_error(
+                    f"{_flag(name)} applies to --algo grpo only; it has no effect with "
+                    "--algo mappo (remove it or use --algo grpo)"
+                )
+        return
+    if cfg.algo != "grpo":
+        return
+    for name, reason in INAPPLICABLE_TO_GRPO.items():
+        if is_set(name):
+            raise _config_error(
+                f"{_flag(name)} does not apply to --algo grpo: {reason}; remove it "
+                "(it is a MAPPO option)"
+            )
+    if cfg.num_envs % cfg.group_size != 0:
+        raise _config_error(
+            f"--num-envs {cfg.num_envs} must be a multiple of --group-size {cfg.group_size} "
+            "for --algo grpo (num_envs = groups per rank x group size)"
+        )
+    if cfg.group_size < 2:
+        raise _config_error(
+            f"--group-size must be >= 2 for --algo grpo (a group of one episode has no "
+            f"baseline), got {cfg.group_size}"
+        )
+    if cfg.grpo_leave_one_out and cfg.grpo_advantage != "outcome":
+        raise _config_error(
+            "--grpo-leave-one-out applies to --grpo-advantage outcome only (the process "
+            "variant normalises step rewards, it has no per-episode baseline to leave out)"
+        )
+    if cfg.whitening == "team_individual" and cfg.whiten_inner not in _GRPO_INNER:
+        raise _config_error(
+            f"--whiten-inner {cfg.whiten_inner!r} does not apply to --algo grpo: GRPO "
+            f"normalises returns within group x agent type ('type') or within the group "
+            f"('batch'); allowed: {', '.join(_GRPO_INNER)}"
+        )
+    if cfg.ref_refresh > 0 and cfg.kl_beta == 0:
+        raise _config_error(
+            f"--ref-refresh {cfg.ref_refresh} has no effect with --kl-beta 0 (no KL term); "
+            "set --kl-beta > 0 or drop --ref-refresh"
+        )
+
+
+# ----------------------------------------------------------------------------- seeds
+
+
+def group_seeds(
+    base_seed: int, update: int, num_groups: int, *, rank: int = 0, world_size: int = 1
+) -> list[int]:
+    """The P reset seeds of one update on one rank.
+
+    ``GRPO_SEED_BASE * (base_seed + 1) + (update * world_size + rank) * P + p``: distinct for
+    every (update, rank, p), so groups never repeat across updates and never span ranks, and
+    a resumed run continues with the seeds it would have used.
+    """
+    for name, value in (("base_seed", base_seed), ("update", update), ("rank", rank)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    if isinstance(num_groups, bool) or not isinstance(num_groups, (int, np.integer)):
+        raise ValueError(f"num_groups must be an int >= 1, got {num_groups!r}")
+    if num_groups < 1 or world_size < 1 or rank >= world_size:
+        raise ValueError(
+            f"need num_groups >= 1 and 0 <= rank < world_size, got num_groups={num_groups}, "
+            f"rank={rank}, world_size={world_size}"
+        )
+    start = GRPO_SEED_BASE * (int(base_seed) + 1) + (int(update) * world_size + rank) * num_groups
+    return [start + p for p in range(num_groups)]
+
+
+def group_reset_seeds(seeds: Sequence[int], group_size: int) -> list[int]:
+    """``[s_p for p in range(P) for _ in range(G)]``: each seed repeated ``group_size`` times."""
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"group_size must be an int >= 1, got {group_size!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"group seeds must be distinct, got {list(seeds)}")
+    return [int(s) for s in seeds for _ in range(group_size)]
+
+
+def group_ids_for(num_groups: int, group_size: int, device: torch.device | str = "cpu") -> Tensor:
+    """Group id of each env: ``[P * G]`` long, ``[0]*G + [1]*G + ...``."""
+    return torch.arange(num_groups, device=device).repeat_interleave(group_size)
+
+
+# ------------------------------------------------------------------------ collection
+
+
+@dataclass
+class GroupBatch:
+    """Whole episodes of P groups x G episodes (E = P * G envs, T = longest episode).
+
+    Shapes (n_k agents of type k, N agents in ``possible_agents`` order):
+    ``obs[k] [T, E, n_k, D_k]``, ``mask[k] [T, E, n_k, A_k]`` bool, ``actions[k]``,
+    ``logp[k] [T, E, n_k]``; ``reward_team [T, E]``; ``reward_individual``,
+    ``reward_penalty [T, E, N]``; ``valid [T, E]`` bool (the env was running at step t);
+    ``lengths [E]``; ``terminated``/``truncated [E]`` (how each episode ended);
+    ``group_ids [E]``; ``initial_state [E, S]`` (``vec.state()`` after the reset).
+    """
+
+    obs: dict[str, Tensor]
+    mask: dict[str, Tensor]
+    actions: dict[str, Tensor]
+    logp: dict[str, Tensor]
+    reward_team: Tensor
+    reward_individual: Tensor
+    reward_penalty: Tensor
+    valid: Tensor
+    lengths: Tensor
+    terminated: Tensor
+    truncated: Tensor
+    group_ids: Tensor
+    seeds: list[int]
+    initial_state: Tensor
+    episodes: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.valid.shape[0])
+
+    @property
+    def num_envs(self) -> int:
+        return int(self.valid.shape[1])
+
+    @property
+    def env_steps(self) -> int:
+        """Environment steps actually taken (valid steps summed over envs)."""
+        return int(self.valid.sum())
+
+
+@torch.no_grad()
+def collect_group_episodes(
+    vec: Any,
+    layout: AgentLayout,
+    policy: MultiAgentPolicy,
+    seeds: Sequence[int],
+    group_size: int,
+    *,
+    device: torch.device | str = "cpu",
+    generator: torch.Generator | None = None,
+    max_steps: int | None = None,
+) -> GroupBatch:
+    """Reset ``vec`` (``autoreset=False``, ``num_envs = len(seeds) * group_size``) with each
+    seed repeated ``group_size`` times and run every env to the end of its episode.
+
+    Args:
+        vec: a vector env built with ``autoreset=False`` (docs/CONTRACTS.md section 1).
+        layout, policy: the agent layout and the policy that samples actions.
+        seeds: P distinct reset seeds.
+        group_size: G.
+        device: where the tensors live.
+        generator: optional torch generator for the action samples.
+        max_steps: safety cap on the episode length (default ``vec.max_cycles``); an env still
+            running after it raises RuntimeError (the env broke its contract).
+
+    Returns:
+        A :class:`GroupBatch`; ``episodes[e]`` is env e's episode record (returns by channel
+        and the env's end-of-episode info metrics, as :class:`marl.rollout.EpisodeTracker`).
+    """
+    dev = torch.device(device)
+    if getattr(vec, "autoreset", False):
+        raise ValueError("collect_group_episodes needs a vector env built with autoreset=False")
+    reset_seeds = group_reset_seeds(seeds, group_size)
+    E = len(reset_seeds)
+    if int(vec.num_envs) != E:
+        raise ValueError(
+            f"vec.num_envs={vec.num_envs} but {len(seeds)} seeds x group_size {group_size} = {E}"
+        )
+    agents, types, N = layout.agents, layout.types, layout.n_agents
+    limit = int(max_steps if max_steps is not None else getattr(vec, "max_cycles", 100_000))
+    batcher = ObsBatcher(layout, dev)
+    tracker = EpisodeTracker(E, N)
+    obs, _ = vec.reset(seed=reset_seeds)
+    initial_state = torch.from_numpy(np.asarray(vec.state(), np.float32).copy()).to(dev)
+    state = policy.initial_state(E)
+    reset = torch.ones(E, dtype=torch.bool, device=dev)
+    alive = np.ones(E, bool)
+    terminated, truncated = np.zeros(E, bool), np.zeros(E, bool)
+    lengths = np.zeros(E, np.int64)
+    records: list[dict[str, float] | None] = [None] * E
+    steps: dict[str, list] = {
+        k: [] for k in ("obs", "mask", "actions", "logp", "team", "ind", "pen", "valid")
+    }
+    t = 0
+    while alive.any():
+        if t >= limit:
+            raise RuntimeError(
+                f"{int(alive.sum())} env(s) still running after {limit} steps; the env must "
+                "end every episode by max_cycles (truncation)"
+            )
+        obs_t, mask_t = batcher(obs)
+        actions, logps, state = policy.act(
+            obs_t, mask_t, state, reset if policy.is_recurrent else None, generator=generator
+        )
+        steps["obs"].append(obs_t)
+        steps["mask"].append(mask_t)
+        steps["actions"].append(actions)
+        steps["logp"].append(logps)
+        steps["valid"].append(alive.copy())
+        obs, _rew, terms, truncs, infos = vec.step(batcher.actions_to_env(actions))
+        team, ind, pen = reward_channels(infos, agents)
+        team, ind, pen = team * alive, ind * alive[:, None], pen * alive[:, None]
+        steps["team"].append(team)
+        steps["ind"].append(ind)
+        steps["pen"].append(pen)
+        te = np.asarray(terms[agents[0]], bool)
+        tr = np.asarray(truncs[agents[0]], bool) & ~te
+        ended = (te | tr) & alive
+        for i, rec in zip(
+            np.flatnonzero(ended), tracker.step(team, ind, pen, ended, infos, agents), strict=True
+        ):
+            records[i] = rec
+        terminated |= te & ended
+        truncated |= tr & ended
+        lengths[ended] = t + 1
+        alive &= ~ended
+        reset = torch.zeros(E, dtype=torch.bool, device=dev)
+        t += 1
+
+    def stack_typed(key: str) -> dict[str, Tensor]:
+        return {tp.name: torch.stack([s[tp.name] for s in steps[key]]) for tp in types}
+
+    def to_t(arrays: list, dtype: torch.dtype) -> Tensor:
+        return torch.from_numpy(np.stack(arrays)).to(device=dev, dtype=dtype)
+
+    return GroupBatch(
+        obs=stack_typed("obs"),
+        mask=stack_typed("mask"),
+        actions=stack_typed("actions"),
+        logp=stack_typed("logp"),
+        reward_team=to_t(steps["team"], torch.float32),
+        reward_individual=to_t(steps["ind"], torch.float32),
+        reward_penalty=to_t(steps["pen"], torch.float32),
+        valid=to_t(steps["valid"], torch.bool),
+        lengths=torch.from_numpy(lengths).to(dev),
+        terminated=torch.from_numpy(terminated).to(dev),
+        truncated=torch.from_numpy(truncated).to(dev),
+        group_ids=group_ids_for(len(seeds), group_size, dev),
+        seeds=reset_seeds,
+        initial_state=initial_state,
+        episodes=[r for r in records if r is not None],
+    )
+
+
+def episode_returns(batch: GroupBatch) -> tuple[Tensor, Tensor, Tensor]:
+    """Undiscounted returns per episode: team ``[E]``, individual ``[E, N]``, penalty
+    ``[E, N]`` (float64; the penalty channel is *not* folded into the individual one)."""
+    v = batch.valid.to(torch.float64)
+    team = (batch.reward_team.double() * v).sum(0)
+    ind = (batch.reward_individual.double() * v[..., None]).sum(0)
+    pen = (batch.reward_penalty.double() * v[..., None]).sum(0)
+    return team, ind, pen
+
+
+# ------------------------------------------------------------------------ advantages
+
+
+def _type_key(group_ids: Tensor, type_ids: Tensor, n_types: int, inner: str) -> Tensor:
+    """Group key ``[E, N]`` of the individual channel: group x type (or the group)."""
+    if inner == "type":
+        return group_ids[:, None] * n_types + type_ids[None, :].to(group_ids.device)
+    if inner == "batch":
+        return group_ids[:, None].expand(-1, type_ids.numel())
+    raise ValueError(f"inner must be one of {_GRPO_INNER}, got {inner!r}")
+
+
+def _check_alpha(alpha: float) -> float:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise TypeError(f"alpha must be a float in [0, 1], got {type(alpha).__name__}")
+    if not 0.0 <= float(alpha) <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    return float(alpha)
+
+
+def _check_ids(group_ids: Tensor, type_ids: Tensor, E: int, N: int) -> None:
+    for name, ids, n in (("group_ids", group_ids, E), ("type_ids", type_ids, N)):
+        if not isinstance(ids, Tensor) or ids.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"{name} must be an integer tensor")
+        if tuple(ids.shape) != (n,):
+            raise ValueError(f"{name} must have shape ({n},), got {tuple(ids.shape)}")
+
+
+def zero_signal_groups(
+    team_adv: Tensor, individual_adv: Tensor, group_ids: Tensor, alpha: float, num_groups: int
+) -> Tensor:
+    """Groups whose mixed advantage carries no signal: bool ``[num_groups]``.
+
+    A channel of a group has zero variance exactly when all its group-relative advantages
+    are 0 (centred values of equal returns; for the process variant the sums from t are all
+    0 only if every normalised step reward is). A group is zero-signal when every channel
+    that enters the mix (team if alpha > 0, individual if alpha < 1) has zero variance.
+
+    Args:
+        team_adv: ``[E, ...]`` team-channel advantages, env dim first (0 at padding).
+        individual_adv: ``[E, ...]`` individual-channel advantages, env dim first.
+        group_ids: ``[E]`` long.
+    """
+    E = group_ids.numel()
+
+    def channel_max(x: Tensor) -> Tensor:
+        # max |x| per env (over time and agents), then per group: [num_groups]
+        if x.shape[0] != E:
+            raise ValueError(f"advantages must have the env dim first ({E}), got {tuple(x.shape)}")
+        per_env = x.detach().abs().double().reshape(E, -1).amax(1)
+        out = torch.zeros(num_groups, dtype=torch.float64, device=per_env.device)
+        return out.scatter_reduce(0, group_ids.to(per_env.device), per_env, "amax")
+
+    zero = torch.ones(num_groups, dtype=torch.bool, device=group_ids.device)
+    if alpha > 0.0:
+        zero &= (channel_max(team_adv) == 0).to(zero.device)
+    if alpha < 1.0:
+        zero &= (channel_max(individual_adv) == 0).to(zero.device)
+    return zero
+
+
+def outcome_advantages(
+    team_return: Tensor,
+    individual_return: Tensor,
+    group_ids: Tensor,
+    type_ids: Tensor,
+    *,
+    alpha: float = 0.5,
+    scale_std: bool = True,
+    leave_one_out: bool = False,
+    inner: str = "type",
+    eps: float = 1e-8,
+) -> tuple[Tensor, dict[str, Any]]:
+    """GRPO outcome advantages per agent-episode.
+
+    Args:
+        team_return: ``[E]`` float, the team return of each episode.
+        individual_return: ``[E, N]`` float, each agent's individual return.
+        group_ids: ``[E]`` long, the group (reset seed) of each episode.
+        type_ids: ``[N]`` long, the agent type of each agent.
+        alpha: team weight of the mix.
+        scale_std: divide by the group std (False: Dr. GRPO, centre only).
+        leave_one_out: RLOO baseline (``marl.advantages.group_relative_advantages``).
+        inner: ``"type"``: individual returns grouped by group x agent type; ``"batch"``: by
+            group only.
+        eps: added to the std.
+
+    Returns:
+        ``(advantages [E, N], info)`` with info keys ``team [E]``, ``individual [E, N]``
+        (the per-channel advantages), ``frac_zero_std_team``, ``frac_zero_std_individual``
+        (from the library), ``zero_groups`` (bool ``[P]``, see :func:`zero_signal_groups`)
+        and ``frac_zero_std`` (its mean).
+    """
+    alpha = _check_alpha(alpha)
+    if team_return.dim() != 1 or individual_return.dim() != 2:
+        raise ValueError(
+            f"team_return must be [E] and individual_return [E, N], got "
+            f"{tuple(team_return.shape)} and {tuple(individual_return.shape)}"
+        )
+    E, N = individual_return.shape
+    if team_return.shape[0] != E:
+        raise ValueError(f"team_return has {team_return.shape[0]} episodes, individual_return {E}")
+    _check_ids(group_ids, type_ids, E, N)
+    n_types = int(type_ids.max()) + 1
+    team_adv, frac_team = group_relative_advantages(
+        team_return, group_ids, scale_std=scale_std, leave_one_out=leave_one_out, eps=eps
+    )
+    key = _type_key(group_ids, type_ids, n_types, inner)
+    ind_adv, frac_ind = group_relative_advantages(
+        individual_return, key, scale_std=scale_std, leave_one_out=leave_one_out, eps=eps
+    )
+    team_b = team_adv[:, None].expand(E, N)
+    mixed = alpha * team_b + (1.0 - alpha) * ind_adv
+    P = int(group_ids.max()) + 1
+    zero = zero_signal_groups(team_b, ind_adv, group_ids, alpha, P)
+    info = {
+        "team": team_adv,
+        "individual": ind_adv,
+        "frac_zero_std_team": frac_team,
+        "frac_zero_std_individual": frac_ind,
+        "zero_groups": zero,
+        "frac_zero_std": float(zero.double().mean()),
+    }
+    return mixed, info
+
+
+def process_step_advantages(
+    team_rewards: Tensor,
+    individual_rewards: Tensor,
+    valid: Tensor,
+    group_ids: Tensor,
+    type_ids: Tensor,
+    *,
+    alpha: float = 0.5,
+    scale_std: bool = True,
+    inner: str = "type",
+    eps: float = 1e-8,
+) -> tuple[Tensor, dict[str, Any]]:
+    """GRPO process-supervision advantages per agent-step.
+
+    Args:
+        team_rewards: ``[T, E]`` team step rewards.
+        individual_rewards: ``[T, E, N]`` individual step rewards.
+        valid: ``[T, E]`` bool, the env was running at step t.
+        group_ids: ``[E]`` long; type_ids: ``[N]`` long; alpha, scale_std, inner, eps as in
+            :func:`outcome_advantages`.
+
+    Returns:
+        ``(advantages [T, E, N], info)`` (0 at invalid steps); info as in
+        :func:`outcome_advantages` with per-channel ``team [T, E]``, ``individual [T, E, N]``.
+    """
+    alpha = _check_alpha(alpha)
+    if team_rewards.dim() != 2 or individual_rewards.dim() != 3:
+        raise ValueError(
+            f"team_rewards must be [T, E] and individual_rewards [T, E, N], got "
+            f"{tuple(team_rewards.shape)} and {tuple(individual_rewards.shape)}"
+        )
+    T, E, N = individual_rewards.shape
+    if tuple(team_rewards.shape) != (T, E) or tuple(valid.shape) != (T, E):
+        raise ValueError(
+            f"team_rewards {tuple(team_rewards.shape)} and valid {tuple(valid.shape)} must be "
+            f"({T}, {E}) like individual_rewards' first two dims"
+        )
+    _check_ids(group_ids, type_ids, E, N)
+    n_types = int(type_ids.max()) + 1
+    team_adv, frac_team = process_advantages(
+        team_rewards, valid, group_ids, scale_std=scale_std, eps=eps
+    )
+    key = _type_key(group_ids, type_ids, n_types, inner).reshape(E * N)
+    ind_adv, frac_ind = process_advantages(
+        individual_rewards.reshape(T, E * N),
+        valid[:, :, None].expand(T, E, N).reshape(T, E * N),
+        key,
+        scale_std=scale_std,
+        eps=eps,
+    )
+    ind_adv = ind_adv.reshape(T, E, N)
+    team_b = team_adv[:, :, None].expand(T, E, N)
+    mixed = alpha * team_b + (1.0 - alpha) * ind_adv
+    P = int(group_ids.max()) + 1
+    zero = zero_signal_groups(
+        team_adv.transpose(0, 1), ind_adv.transpose(0, 1), group_ids, alpha, P
+    )
+    info = {
+        "team": team_adv,
+        "individual": ind_adv,
+        "frac_zero_std_team": frac_team,
+        "frac_zero_std_individual": frac_ind,
+        "zero_groups": zero,
+        "frac_zero_std": float(zero.double().mean()),
+    }
+    return mixed, info
+
+
+def grpo_advantages(
+    batch: GroupBatch,
+    type_ids: Tensor,
+    *,
+    variant: str = "outcome",
+    alpha: float = 0.5,
+    scale_std: bool = True,
+    leave_one_out: bool = False,
+    inner: str = "type",
+    penalty_channel: str = "individual",
+    penalty_shaping: bool = False,
+    eps: float = 1e-8,
+) -> tuple[Tensor, dict[str, Any]]:
+    """Advantages ``[T, E, N]`` of a :class:`GroupBatch` (0 at invalid steps), before the
+    optional second-stage whitening and the penalty shaping.
+
+    ``penalty_shaping=False``: the penalty channel is added to the individual one when
+    ``penalty_channel == 'individual'`` (dropped for ``'none'``). ``penalty_shaping=True``:
+    the penalty channel is kept apart and ``info["penalty"]`` holds the normalised penalty
+    cost ``[T, E, N]``: ``-reward_penalty`` normalised within group x type (outcome: episode
+    sums, broadcast; process: step costs normalised and summed from t). The caller shapes
+    ``A - beta(t) * info["penalty"]`` (``marl.advantages.shape_with_penalty``).
+
+    Returns ``(adv [T, E, N], info)``; info as :func:`outcome_advantages` plus ``raw`` (the
+    mixed raw returns broadcast to valid steps, for "before whitening" statistics).
+    """
+    if variant not in ("outcome", "process"):
+        raise ValueError(f"variant must be 'outcome' or 'process', got {variant!r}")
+    if penalty_channel not in ("individual", "none"):
+        raise ValueError(f"penalty_channel must be 'individual' or 'none', got {penalty_channel!r}")
+    T, E = batch.num_steps, batch.num_envs
+    N = type_ids.numel()
+    valid = batch.valid
+    shaping = bool(penalty_shaping)
+    fold_penalty = not shaping and penalty_channel == "individual"
+    vmask = valid[:, :, None].expand(T, E, N)
+    team_ret, ind_ret, pen_ret = episode_returns(batch)
+    if fold_penalty:
+        ind_ret = ind_ret + pen_ret
+    raw = alpha * team_ret[:, None] + (1.0 - alpha) * ind_ret  # [E, N]
+    raw = torch.where(vmask, raw[None].expand(T, E, N), torch.zeros((), dtype=raw.dtype))
+    if variant == "outcome":
+        adv_ep, info = outcome_advantages(
+            team_ret,
+            ind_ret,
+            batch.group_ids,
+            type_ids,
+            alpha=alpha,
+            scale_std=scale_std,
+            leave_one_out=leave_one_out,
+            inner=inner,
+            eps=eps,
+        )
+        adv = torch.where(vmask, adv_ep[None].expand(T, E, N), torch.zeros((), dtype=adv_ep.dtype))
+    else:
+        if leave_one_out:
+            raise ValueError("leave_one_out applies to the outcome variant only")
+        r_ind = batch.reward_individual.double()
+        if fold_penalty:
+            r_ind = r_ind + batch.reward_penalty.double()
+        adv, info = process_step_advantages(
+            batch.reward_team.double(),
+            r_ind,
+            valid,
+            batch.group_ids,
+            type_ids,
+            alpha=alpha,
+            scale_std=scale_std,
+            inner=inner,
+            eps=eps,
+        )
+    info["raw"] = raw.float()
+    adv = adv.float()
+    if shaping:
+        n_types = int(type_ids.max()) + 1
+        key = _type_key(batch.group_ids, type_ids, n_types, inner)
+        if variant == "outcome":
+            cost, _ = group_relative_advantages(-pen_ret, key, eps=eps)
+            cost = torch.where(vmask, cost[None].expand(T, E, N), torch.zeros((), dtype=cost.dtype))
+        else:
+            cost, _ = process_advantages(
+                -batch.reward_penalty.double().reshape(T, E * N),
+                vmask.reshape(T, E * N),
+                key.reshape(E * N),
+                eps=eps,
+            )
+            cost = cost.reshape(T, E, N)
+        info["penalty"] = cost.float()
+    return adv, info
+
+
+# ------------------------------------------------------------------------ the algorithm
+
+
+def _actor_updater_cls():
+    from marl.mappo import ActorUpdater
+
+    class EpisodeActorUpdater(ActorUpdater):
+        """MAPPO's clipped-objective updater with whole episodes as units and a step mask.
+
+        Units are the E episodes (``[E, T, ...]``, reset at t = 0, zero initial state); the
+        loss mask is ``valid`` (and the kept groups). It always takes the updater's
+        sequence path (the mlp actor ignores state and resets), so padding steps after an
+        episode's end never enter the loss.
+        """
+
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            self.recurrent = True
+
+        def _units(self, batch: GroupBatch, advantages: dict[str, Tensor]) -> dict[str, Any]:
+            E = batch.num_envs
+            data = {}
+            for tp in self.policy.layout.types:
+                k = tp.name
+                data[k] = {
+                    "obs": batch.obs[k].transpose(0, 1),
+                    "mask": batch.mask[k].transpose(0, 1),
+                    "actions": batch.actions[k].transpose(0, 1),
+                    "logp": batch.logp[k].transpose(0, 1),
+                    "adv": advantages[k].transpose(0, 1),
+                    "state": self.policy.actors[k].initial_state(E),
+                    "n_agents": tp.n_agents,
+                }
+            resets = torch.zeros(E, batch.num_steps, dtype=torch.bool, device=batch.valid.device)
+            resets[:, 0] = True
+            return {
+                "num_units": E,
+                "types": data,
+                "loss_mask": batch.loss_mask.transpose(0, 1),
+                "resets": resets,
+            }
+
+    return EpisodeActorUpdater
+
+
+class GRPO:
+    """The GRPO algorithm object driven by :mod:`marl.train` (``iteration(progress)``)."""
+
+    name = "grpo"
+
+    def __init__(self, cfg: Any, ctx: Any, device: torch.device | str = "cpu") -> None:
+        # parse_cli already checked the command-line flags; here the values themselves
+        validate_grpo_config(cfg)
+        self.cfg, self.ctx = cfg, ctx
+        self.device = torch.device(device)
+        self.distributed = bool(getattr(ctx, "enabled", False))
+        self.rank = int(getattr(ctx, "rank", 0)) if self.distributed else 0
+        self.world_size = int(getattr(ctx, "world_size", 1)) if self.distributed else 1
+        self.num_groups = cfg.num_envs // cfg.group_size
+        self.vec = make_vector_env(cfg.env_fn, cfg.num_envs, cfg.env, autoreset=False)
+        self.layout = AgentLayout.from_env(self.vec)
+        self.policy = MultiAgentPolicy(self.layout, cfg.backbone, cfg.hidden_dim).to(self.device)
+        self.offset = (
+            OptimismOffset(cfg.optimism_offset).to(self.device)
+            if cfg.optimism_offset is not None
+            else None
+        )
+        if self.distributed:
+            from marl.distributed import broadcast_parameters
+
+            broadcast_parameters(self.policy, ctx)
+        self.actor = _actor_updater_cls()(
+            self.policy,
+            cfg,
+            extra_params=list(self.offset.parameters()) if self.offset is not None else None,
+            ctx=ctx,
+        )
+        self.reference: MultiAgentPolicy | None = None
+        if cfg.kl_beta > 0:
+            self.reference = copy.deepcopy(self.policy).eval()
+            for p in self.reference.parameters():
+                p.requires_grad_(False)
+        self.second_stage: AdvantageWhitener | None = None
+        if cfg.whitening not in ("team_individual", "none"):
+            self.second_stage = AdvantageWhitener(
+                cfg.whitening,
+                alpha=cfg.alpha,
+                inner=cfg.whiten_inner,
+                chunk_size=cfg.chunk_size,
+                clip_range=cfg.adv_clip,
+                momentum=cfg.running_momentum,
+                num_groups=len(self.layout.types),
+                distributed=self.distributed,
+            )
+        self.penalty_schedule = None
+        if cfg.penalty_beta_schedule == "constant":
+            self.penalty_schedule = constant(cfg.penalty_beta)
+        elif cfg.penalty_beta_schedule == "linear":
+            self.penalty_schedule = linear_decay(cfg.penalty_beta, cfg.penalty_beta_floor, 1.0)
+        N = self.layout.n_agents
+        type_ids = torch.zeros(N, dtype=torch.long)
+        for i, tp in enumerate(self.layout.types):
+            type_ids[list(tp.agent_ids)] = i
+        self.type_ids = type_ids.to(self.device)
+        self.updates = 0
+        self.last_advantages: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.debug_dir = os.environ.get("MARL_GRPO_DEBUG_DIR") or None
+
+    # -- one update ------------------------------------------------------------------------
+    def iteration(self, progress: float) -> dict[str, float]:
+        """Collect P groups of G whole episodes, compute advantages, update the policy."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        seeds = group_seeds(
+            cfg.seed, self.updates, self.num_groups, rank=self.rank, world_size=self.world_size
+        )
+        self.policy.eval()
+        batch = collect_group_episodes(
+            self.vec, self.layout, self.policy, seeds, cfg.group_size, device=self.device
+        )
+        t_collect = time.perf_counter() - t0
+        self.policy.train()
+        metrics = self.update(batch, progress)
+        metrics["time/collect_s"] = t_collect
+        metrics["time/update_s"] = time.perf_counter() - t0 - t_collect
+        return metrics
+
+    def advantages(self, batch: GroupBatch, progress: float) -> tuple[Tensor, dict[str, Any]]:
+        """Final advantages ``[T, E, N]`` and diagnostics; sets ``batch.loss_mask [T, E]``."""
+        cfg = self.cfg
+        beta = None
+        if self.penalty_schedule is not None:
+            beta = float(self.penalty_schedule(progress))
+        adv, info = grpo_advantages(
+            batch,
+            self.type_ids,
+            variant=cfg.grpo_advantage,
+            alpha=cfg.alpha,
+            scale_std=cfg.grpo_scale_std,
+            leave_one_out=cfg.grpo_leave_one_out,
+            inner=cfg.whiten_inner if cfg.whiten_inner in _GRPO_INNER else "type",
+            penalty_channel=cfg.penalty_channel,
+            penalty_shaping=beta is not None,
+        )
+        T, E, N = adv.shape
+        keep_env = torch.ones(E, dtype=torch.bool, device=adv.device)
+        if cfg.grpo_filter_zero_std:
+            keep_env = ~info["zero_groups"].to(adv.device)[batch.group_ids]
+        batch.loss_mask = batch.valid & keep_env[None, :]  # type: ignore[attr-defined]
+        mask3 = batch.loss_mask[:, :, None].expand(T, E, N)
+        info["adv_clip_frac"] = 0.0
+        if self.second_stage is not None:
+            keys = GroupKeys(
+                type_id=self.type_ids.reshape(1, 1, N),
+                position=torch.arange(T, device=adv.device).reshape(T, 1, 1),
+                sequence_id=(
+                    torch.arange(E, device=adv.device)[:, None] * N
+                    + torch.arange(N, device=adv.device)[None, :]
+                )[None],
+            )
+            with _guard(self.ctx, "second-stage whitening"):
+                adv = self.second_stage(adv.clone(), None, mask=mask3, keys=keys)
+            info["adv_clip_frac"] = float(self.second_stage.last_clip_frac)
+        elif cfg.adv_clip is not None:
+            adv, info["adv_clip_frac"] = symmetric_clip(adv, cfg.adv_clip, mask3)
+        if beta is not None:
+            adv = shape_with_penalty(adv.clone(), info["penalty"], beta)
+            info["penalty_beta"] = beta
+        adv = torch.where(mask3, adv, torch.zeros((), dtype=adv.dtype))
+        if not torch.isfinite(adv).all():
+            raise NonFiniteError("advantages (GRPO)")
+        return adv, info
+
+    def _reference_logp(self, batch: GroupBatch) -> dict[str, Tensor]:
+        """Log-probs of the taken actions under the reference policy, ``[E, T, n_k]``."""
+        assert self.reference is not None
+        E, T = batch.num_envs, batch.num_steps
+        resets = torch.zeros(E, T, dtype=torch.bool, device=self.device)
+        resets[:, 0] = True
+        out = {}
+        with torch.no_grad():
+            for tp in self.layout.types:
+                actor = self.reference.actors[tp.name]
+                dist = actor.sequence(
+                    batch.obs[tp.name].transpose(0, 1),
+                    batch.mask[tp.name].transpose(0, 1),
+                    actor.initial_state(E),
+                    resets,
+                )
+                out[tp.name] = dist.log_prob(batch.actions[tp.name].transpose(0, 1))
+        return out
+
+    def update(self, batch: GroupBatch, progress: float) -> dict[str, float]:
+        """Advantages, statistics and the policy update for one collected batch."""
+        cfg = self.cfg
+        adv, info = self.advantages(batch, progress)
+        T, E, N = adv.shape
+        mask3 = batch.loss_mask[:, :, None].expand(T, E, N)
+        vmask3 = batch.valid[:, :, None].expand(T, E, N)
+        metrics: dict[str, float] = {}
+        raw = info["raw"]
+        for prefix, x, m in (("adv_raw", raw, vmask3), ("adv", adv, mask3)):
+            for k, v in advantage_stats(x, m).items():
+                metrics[f"{prefix}/{k}"] = v
+            for tp in self.layout.types:
+                ids = list(tp.agent_ids)
+                for k, v in advantage_stats(x[:, :, ids], m[:, :, ids]).items():
+                    metrics[f"{prefix}/{tp.name}/{k}"] = v
+        self.last_advantages = {
+            tp.name: (
+                raw[:, :, list(tp.agent_ids)][vmask3[:, :, list(tp.agent_ids)]].cpu().numpy(),
+                adv[:, :, list(tp.agent_ids)][mask3[:, :, list(tp.agent_ids)]].cpu().numpy(),
+            )
+            for tp in self.layout.types
+        }
+        zero = info["zero_groups"]
+        counts = torch.tensor(
+            [
+                float(zero.sum()),
+                float(zero.numel()),
+                float(batch.env_steps),
+                info["frac_zero_std_team"] * zero.numel(),
+                info["frac_zero_std_individual"],
+            ],
+            dtype=torch.float64,
+            device=self.device,
+        )
+        if self.distributed:
+            from marl.distributed import all_reduce_sum
+
+            all_reduce_sum(counts, self.ctx)
+        counts = counts.cpu()
+        metrics["frac_zero_std"] = float(counts[0] / counts[1])
+        metrics["frac_zero_std_team"] = float(counts[3] / counts[1])
+        metrics["frac_zero_std_individual"] = float(counts[4] / self.world_size)
+        metrics["groups"] = float(counts[1])
+        metrics["groups_kept"] = (
+            float(counts[1] - counts[0]) if cfg.grpo_filter_zero_std else (float(counts[1]))
+        )
+        metrics["adv_clip_frac"] = info["adv_clip_frac"]
+        if "penalty_beta" in info:
+            metrics["penalty_beta"] = info["penalty_beta"]
+        per_type = {tp.name: adv[:, :, list(tp.agent_ids)] for tp in self.layout.types}
+
+        extra_loss = None
+        if self.reference is not None:
+            if cfg.ref_refresh and self.updates > 0 and self.updates % cfg.ref_refresh == 0:
+                self.reference.load_state_dict(self.policy.state_dict())
+            ref_logp = self._reference_logp(batch)
+            lm = batch.loss_mask.transpose(0, 1)  # [E, T]
+            kl_sum, count = 0.0, 0.0
+            for tp in self.layout.types:
+                k3 = kl_k3(batch.logp[tp.name].transpose(0, 1), ref_logp[tp.name])
+                m = lm[..., None].expand_as(k3)
+                kl_sum += float((k3 * m).sum())
+                count += float(m.sum())
+            metrics["kl_ref"] = kl_sum / max(count, 1.0)
+
+            def extra_loss(type_name: str, idx: Tensor, logp: Tensor, dist: Any) -> Tensor:
+                m = lm[idx]
+                n_valid = (m.sum() * N).clamp_min(1.0)
+                k3 = kl_k3(logp, ref_logp[type_name][idx])
+                return cfg.kl_beta * (k3 * m[..., None]).sum() / n_valid
+
+        ent_coef = linear_schedule(cfg.ent_coef, cfg.ent_coef_final, progress)
+        lr_scale = 1.0 - progress if cfg.lr_schedule == "linear" else 1.0
+        lr = cfg.lr * max(lr_scale, 0.0)
+        with _guard(self.ctx, "GRPO policy update"):
+            metrics.update(
+                self.actor.update(
+                    batch,
+                    per_type,
+                    ent_coef=ent_coef,
+                    lr=lr,
+                    extra_loss=extra_loss,
+                    offset=self.offset,
+                )
+            )
+        metrics["lr"] = lr
+        metrics["ent_coef"] = ent_coef
+        if self.offset is not None:
+            metrics["optimism_offset"] = float(self.offset.b)
+        if batch.episodes:
+            for key in batch.episodes[0]:
+                metrics[f"episode/{key}"] = float(np.mean([e[key] for e in batch.episodes]))
+        metrics["episodes"] = float(len(batch.episodes))
+        # Same value on every rank (train.py multiplies by world_size): global steps / world.
+        metrics["env_steps_delta"] = float(counts[2]) / self.world_size
+        self.updates += 1
+        if self.debug_dir:
+            self._debug_dump(batch, info, adv)
+        return metrics
+
+    # -- debugging ---------------------------------------------------------------------------
+    def _debug_dump(self, batch: GroupBatch, info: dict[str, Any], adv: Tensor) -> None:
+        os.makedirs(self.debug_dir, exist_ok=True)
+        team, ind, pen = episode_returns(batch)
+        params = {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
+        digest = hashlib.sha256()
+        for k in sorted(params):
+            digest.update(k.encode())
+            digest.update(params[k].numpy().tobytes())
+        payload = {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "update": self.updates,
+            "seeds": list(batch.seeds),
+            "group_ids": batch.group_ids.cpu(),
+            "type_ids": self.type_ids.cpu(),
+            "valid": batch.valid.cpu(),
+            "loss_mask": batch.loss_mask.cpu(),
+            "reward_team": batch.reward_team.cpu(),
+            "reward_individual": batch.reward_individual.cpu(),
+            "reward_penalty": batch.reward_penalty.cpu(),
+            "team_return": team.cpu(),
+            "individual_return": ind.cpu(),
+            "penalty_return": pen.cpu(),
+            "advantages": adv.detach().cpu(),
+            "params": params,
+            "param_sha256": digest.hexdigest(),
+        }
+        if self.second_stage is not None and self.second_stage.running is not None:
+            payload["running"] = self.second_stage.state_dict()
+        path = os.path.join(self.debug_dir, f"rank{self.rank}.pt")
+        torch.save(payload, path + ".tmp")
+        os.replace(path + ".tmp", path)
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "policy": self.policy.state_dict(),
+            "actor_opt": self.actor.optimizer.state_dict(),
+            "updates": self.updates,
+        }
+        if self.reference is not None:
+            d["reference"] = self.reference.state_dict()
+        if self.second_stage is not None:
+            d["whitener"] = self.second_stage.state_dict()
+        if self.offset is not None:
+            d["offset"] = self.offset.state_dict()
+        return d
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.policy.load_state_dict(d["policy"])
+        self.actor.optimizer.load_state_dict(d["actor_opt"])
+        self.updates = int(d["updates"])
+        if self.reference is not None:
+            self.reference.load_state_dict(d.get("reference", d["policy"]))
+        if self.second_stage is not None:
+            self.second_stage.load_state_dict(d.get("whitener", {}))
+        if self.offset is not None:
+            self.offset.load_state_dict(d["offset"])
+        if self.distributed:
+            from marl.distributed import broadcast_parameters
+
+            broadcast_parameters(self.policy, self.ctx)
+            if self.reference is not None:
+                broadcast_parameters(self.reference, self.ctx)
+
+
+def _guard(ctx: Any, what: str):
+    """``marl.distributed.guard`` when distributed, else a null context."""
+    import contextlib
+
+    if ctx is not None and getattr(ctx, "enabled", False):
+        from marl.distributed import guard
+
+        return guard(ctx, what)
+    return contextlib.nullcontext()
