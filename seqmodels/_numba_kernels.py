@@ -20,6 +20,12 @@ from numba.extending import intrinsic, overload
 
 prange = numba.prange
 
+# Only FMA contraction ("contract") of the fast-math flags: a fused multiply-add rounds once
+# instead of twice (never less accurate), keeps NaN / inf / signed-zero semantics and lets LLVM
+# emit vfmadd on AVX2 (measured: ~1.25x on the scan kernels). The reassociating flags are not
+# used, so float64 results stay within 1e-10 of the reference loop.
+_FM = {"contract"}
+
 # numba's default threading layer here is GNU OpenMP, whose idle workers busy-wait after each
 # parallel kernel and steal the core from the torch ops that follow (measured: a Mamba.step
 # at B=1024 went from ~12 ms to ~110 ms of CPU). The workqueue layer's workers sleep. The
@@ -138,7 +144,7 @@ def _fexp_impl(x):
     return None
 
 
-@numba.njit(parallel=True, cache=True, fastmath=False)
+@numba.njit(parallel=True, cache=True, fastmath=_FM)
 def mamba_fwd_t(u, delta, At, Bm, Cm, keep, h0, every):
     """Mamba forward with the state laid out [N, D] (channels innermost, vectorised).
 
@@ -179,7 +185,7 @@ def mamba_fwd_t(u, delta, At, Bm, Cm, keep, h0, every):
     return y, h_last, ckpt
 
 
-@numba.njit(cache=True, fastmath=False, inline="always")
+@numba.njit(cache=True, fastmath=_FM, inline="always")
 def _lane_sum(v):
     """Sum of a 1-D array with 8 independent partial sums (vectorisable without fastmath)."""
     n = v.shape[0]
@@ -199,7 +205,7 @@ def _lane_sum(v):
     return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
 
 
-@numba.njit(parallel=True, cache=True, fastmath=False)
+@numba.njit(parallel=True, cache=True, fastmath=_FM)
 def mamba_bwd_t(u, delta, At, Bm, Cm, keep, ckpt, dy, dh_last, every):
     """Backward of :func:`mamba_fwd_t` (layouts as there; dh_last [B, N, D]).
 
@@ -270,7 +276,7 @@ def mamba_bwd_t(u, delta, At, Bm, Cm, keep, ckpt, dy, dh_last, every):
     return du, ddelta, dA, dB, dC, dh0
 
 
-@numba.njit(parallel=True, cache=True, fastmath=False)
+@numba.njit(parallel=True, cache=True, fastmath=_FM)
 def ssd_fwd_t(x, dt, A, Bm, Cm, keep, h0, every):
     """Mamba2 (SSD) forward with the state laid out [H, N, P] (head channels innermost).
 
@@ -314,7 +320,7 @@ def ssd_fwd_t(x, dt, A, Bm, Cm, keep, h0, every):
     return y, h_last, ckpt
 
 
-@numba.njit(parallel=True, cache=True, fastmath=False)
+@numba.njit(parallel=True, cache=True, fastmath=_FM)
 def ssd_bwd_t(x, dt, A, Bm, Cm, keep, ckpt, dy, dh_last, every):
     """Backward of :func:`ssd_fwd_t` (dh_last [B, H, N, P]).
 
@@ -394,7 +400,7 @@ def ssd_bwd_t(x, dt, A, Bm, Cm, keep, ckpt, dy, dh_last, every):
     return dx, ddt, dA, dB, dC, dh0
 
 
-@numba.njit(parallel=True, cache=True, fastmath=False)
+@numba.njit(parallel=True, cache=True, fastmath=_FM)
 def mamba_step(h, dt, xs, A, Bm, Cm):
     """One Mamba state update (rollouts, no autograd).
 
@@ -417,7 +423,7 @@ def mamba_step(h, dt, xs, A, Bm, Cm):
     return h_new, y
 
 
-@numba.njit(parallel=True, cache=True, fastmath=False)
+@numba.njit(parallel=True, cache=True, fastmath=_FM)
 def ssd_step(h, dt, x, A, Bm, Cm):
     """One Mamba2 state update (rollouts, no autograd).
 
@@ -444,7 +450,7 @@ def ssd_step(h, dt, x, A, Bm, Cm):
     return h_new, y
 
 
-@numba.njit(parallel=True, cache=True, fastmath=False)
+@numba.njit(parallel=True, cache=True, fastmath=_FM)
 def conv_step_silu(conv_state, x, w, bias):
     """One step of the depthwise causal conv followed by SiLU (rollouts, no autograd).
 
@@ -464,5 +470,35 @@ def conv_step_silu(conv_state, x, w, bias):
             v = x[b, c]
             new_state[b, c, width - 1] = v
             acc += v * w[c, width - 1]
-            out[b, c] = acc / (1 + fexp(-acc))
+            out[b, c] = acc
+        for c in range(channels):  # SiLU in its own loop, which vectorises
+            v = out[b, c]
+            out[b, c] = v / (1 + fexp(-v))
     return new_state, out
+
+
+@numba.njit(parallel=True, cache=True, fastmath=_FM)
+def mamba_step_gated(h, dt, xs, z, A, Dv, Bm, Cm):
+    """One fused Mamba step (rollouts, no autograd): state update, D skip and SiLU gate.
+
+    h [B, D, N] (mamba-ssm layout); dt (after softplus), xs, z [B, D]; Dv [D]; A [D, N];
+    Bm, Cm [B, N]. Returns new h [B, D, N] and y = (C . h + D * xs) * silu(z) [B, D].
+    """
+    batch, d_inner, d_state = h.shape
+    h_new = np.empty_like(h)
+    y = np.empty((batch, d_inner), dtype=h.dtype)
+    for b in prange(batch):
+        prod = np.empty(d_state, dtype=h.dtype)
+        for d in range(d_inner):
+            dtv = dt[b, d]
+            xv = xs[b, d]
+            dtx = dtv * xv
+            for n in range(d_state):
+                hv = fexp(dtv * A[d, n]) * h[b, d, n] + dtx * Bm[b, n]
+                h_new[b, d, n] = hv
+                prod[n] = hv * Cm[b, n]
+            y[b, d] = _lane_sum(prod) + Dv[d] * xv
+        for d in range(d_inner):  # the gate in its own loop, which vectorises
+            zv = z[b, d]
+            y[b, d] *= zv / (1 + fexp(-zv))
+    return h_new, y

@@ -34,7 +34,7 @@ from seqmodels.scan import (
     TORCH_CHUNK,
     conv_step_silu,
     selective_scan,
-    selective_state_update,
+    selective_state_update_gated,
     ssd_scan,
     ssd_state_update,
 )
@@ -131,11 +131,18 @@ def masked_causal_conv(
     w = weight[:, 0, :].to(x.dtype)  # [C, W]
     if resets is None:
         # no episode boundary: one depthwise conv1d over [history, x] (fewer passes than taps)
-        out = F.conv1d(
-            padded.transpose(1, 2), weight.to(x.dtype), None, groups=weight.shape[0]
-        ).transpose(1, 2)
-        if bias is not None:
-            out = out + bias.to(x.dtype)
+        # (bias inside the conv; one copy back to [B, L, C]-contiguous so that the activation,
+        # x_proj and the scan kernels downstream read contiguous memory and copy nothing)
+        out = (
+            F.conv1d(
+                padded.transpose(1, 2),
+                weight.to(x.dtype),
+                None if bias is None else bias.to(x.dtype),
+                groups=weight.shape[0],
+            )
+            .transpose(1, 2)
+            .contiguous()
+        )
         full = torch.cat([history, x], dim=1)[:, -width:]  # [B, W, C]
         return out, full.transpose(1, 2).to(conv_state.dtype)
     seg = _segment_ids(resets, batch, length, x.device)
@@ -365,11 +372,18 @@ class Mamba(nn.Module):
         dt, Bm, Cm = torch.split(self.x_proj(xs), [self.dt_rank, self.d_state, self.d_state], -1)
         dt = F.softplus(F.linear(dt, self.dt_proj.weight) + self.dt_proj.bias.to(x.dtype))
         A = -torch.exp(self.A_log.to(x.dtype))
-        h, y = selective_state_update(
-            ssm_state.to(x.dtype), dt, xs, A, Bm, Cm, backend=_step_backend(self.backend, x)
+        # state update, D skip and SiLU gate: one numba kernel on CPU
+        h, y = selective_state_update_gated(
+            ssm_state.to(x.dtype),
+            dt,
+            xs,
+            z,
+            A,
+            self.D,
+            Bm,
+            Cm,
+            backend=_step_backend(self.backend, x),
         )
-        y = y + self.D.to(x.dtype) * xs
-        y = y * self.act(z)
         return self.out_proj(y), (conv_state, h.to(ssm_state.dtype))
 
 

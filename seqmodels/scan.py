@@ -310,6 +310,7 @@ def _numba_kernels() -> dict[str, Any]:
         "mamba_step": kernels.mamba_step,
         "ssd_step": kernels.ssd_step,
         "conv_step_silu": kernels.conv_step_silu,
+        "mamba_step_gated": kernels.mamba_step_gated,
     }
 
 
@@ -335,6 +336,8 @@ class _NumbaSelectiveScan(torch.autograd.Function):
         kern = _numba_kernels()
         every = NUMBA_CHECKPOINT_EVERY
         At = A.t().contiguous()
+        # contiguous once, saved as such: the backward reads the same memory without copying
+        u, delta, Bm, Cm, keep = (t.detach().contiguous() for t in (u, delta, Bm, Cm, keep))
         arrays = [_np(t) for t in (u, delta, At, Bm, Cm, keep, h0.transpose(1, 2))]
         y, h_last, ckpt = kern["mamba_fwd_t"](*arrays, every)
         ctx.every = every
@@ -364,6 +367,7 @@ class _NumbaSSDScan(torch.autograd.Function):
         _set_numba_threads()
         kern = _numba_kernels()
         every = NUMBA_CHECKPOINT_EVERY
+        x, dt, Bm, Cm, keep = (t.detach().contiguous() for t in (x, dt, Bm, Cm, keep))
         arrays = [_np(t) for t in (x, dt, A, Bm, Cm, keep, h0.transpose(2, 3))]
         y, h_last, ckpt = kern["ssd_fwd_t"](*arrays, every)
         ctx.every = every
@@ -543,6 +547,34 @@ def selective_state_update(
     return h, torch.einsum("bdn,bn->bd", h, Cm)
 
 
+def selective_state_update_gated(
+    h: Tensor,
+    dt: Tensor,
+    x: Tensor,
+    z: Tensor,
+    A: Tensor,
+    D: Tensor,
+    Bm: Tensor,
+    Cm: Tensor,
+    backend: str = "auto",
+) -> tuple[Tensor, Tensor]:
+    """The state update of :func:`selective_state_update` followed by the D skip and the SiLU
+    gate: y = (C . h + D * x) * silu(z).
+
+    h ``[B, D, N]``; dt (after softplus), x, z ``[B, D]``; D ``[D]``; A ``[D, N]``; Bm, Cm
+    ``[B, N]`` -> (new h ``[B, D, N]``, gated y ``[B, D]``). One fused numba kernel on CPU
+    when no gradient is taken (rollouts), else torch ops.
+    """
+    if _use_step_kernel(backend, [h, dt, x, z, A, D, Bm, Cm]):
+        _set_numba_threads()
+        dtype = x.dtype
+        arrays = [_np(t.to(dtype)) for t in (h, dt, x, z, A, D, Bm, Cm)]
+        h_new, y = _numba_kernels()["mamba_step_gated"](*arrays)
+        return torch.from_numpy(h_new), torch.from_numpy(y)
+    h, y = selective_state_update(h, dt, x, A, Bm, Cm, backend=backend)
+    return h, (y + D.to(x.dtype) * x) * torch.nn.functional.silu(z)
+
+
 def ssd_state_update(
     h: Tensor, dt: Tensor, x: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor, backend: str = "auto"
 ) -> tuple[Tensor, Tensor]:
@@ -650,6 +682,7 @@ __all__ = [
     "selective_scan_numba",
     "selective_scan_reference",
     "selective_state_update",
+    "selective_state_update_gated",
     "ssd_scan",
     "ssd_scan_chunked",
     "ssd_state_update",
