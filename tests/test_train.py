@@ -120,6 +120,63 @@ def test_invalid_options_raise_config_error(argv, match):
         parse_cli(argv)
 
 
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["--whitening", "batch", "--alpha", "0.25"], "--alpha"),
+        (["--recipe", "calibrated", "--alpha", "0.5"], "--alpha"),
+        (["--whitening", "type", "--whiten-inner", "position"], "--whiten-inner"),
+        (["--whitening", "batch", "--chunk-size", "16"], "--chunk-size"),
+        (["--whitening", "team_individual", "--chunk-size", "16"], "--chunk-size"),
+        (["--whitening", "running", "--running-momentum", "0.9"], "--running-momentum"),
+        (["--penalty-beta", "0.3"], "--penalty-beta"),
+        (["--penalty-beta-schedule=constant", "--penalty-beta-floor=0.2"], "--penalty-beta-floor"),
+        (["--recipe", "baseline", "--value-norm-beta", "0.999"], "--value-norm-beta"),
+    ],
+)
+def test_inapplicable_option_raises_config_error(argv, option):
+    """No option is silently ignored: the error names the option and when it applies."""
+    with pytest.raises(ConfigError, match=rf"^{option}: has no effect with .*applies only with"):
+        parse_cli(argv)
+
+
+def test_inapplicable_option_from_yaml_raises(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"whitening": "batch", "running_momentum": 0.9}))
+    with pytest.raises(ConfigError, match="--running-momentum"):
+        parse_cli(["--config", str(path)])
+    # a resolved config.yaml lists every field at its value: defaults are not "set"
+    path.write_text(yaml.safe_dump({"whitening": "batch", "alpha": 0.5, "chunk_size": 64}))
+    assert parse_cli(["--config", str(path)]).whitening == "batch"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--recipe", "calibrated"],
+        ["--recipe", "baseline"],
+        ["--recipe", "calibrated", "--whitening", "team_individual", "--alpha", "0.25"],
+        ["--recipe", "baseline", "--whitening", "team_individual", "--alpha", "0.25"],
+        [
+            "--whitening",
+            "team_individual",
+            "--alpha",
+            "0.25",
+            "--whiten-inner",
+            "chunk",
+            "--chunk-size",
+            "16",
+        ],
+        ["--whitening", "running_ema", "--running-momentum", "0.9", "--whiten-inner", "type"],
+        ["--whitening", "chunk", "--chunk-size", "16"],
+        ["--algo", "grpo", "--whitening", "batch", "--alpha", "0.25", "--whiten-inner", "batch"],
+        ["--penalty-beta-schedule", "linear", "--penalty-beta", "0.3", "--penalty-beta-floor", "0"],
+    ],
+)
+def test_applicable_options_and_recipes_parse(argv):
+    parse_cli(argv)
+
+
 def test_help_lists_every_field(capsys):
     with pytest.raises(SystemExit):
         parse_cli(["--help"])
