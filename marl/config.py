@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from marl import whitening as _whitening
+
 __all__ = [
     "ConfigError",
     "TrainConfig",
@@ -38,20 +40,10 @@ DEMO_MAX_TIME = 180.0
 
 ALGOS = ("mappo", "grpo")
 BACKBONES = ("mlp", "gru", "mamba", "mamba2")
-WHITENING_SCHEMES = (
-    "none",
-    "batch",
-    "type",
-    "position",
-    "chunk",
-    "sequence",
-    "type_position",
-    "running",
-    "running_ema",
-    "team_individual",
-    "center",
-)
-INNER_SCHEMES = ("batch", "type", "position", "chunk", "sequence", "type_position")
+# The scheme names are marl.whitening's (one source of truth): a scheme added there is
+# selectable here.
+WHITENING_SCHEMES = _whitening.SCHEMES
+INNER_SCHEMES = _whitening.GROUPING_SCHEMES
 PENALTY_CHANNELS = ("individual", "none")
 PENALTY_SCHEDULES = ("none", "constant", "linear")
 GRPO_ADVANTAGES = ("outcome", "process")

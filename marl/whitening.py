@@ -136,7 +136,15 @@ _SCHEME_ALIASES: dict[str, str] = {
 }
 
 #: Schemes usable as the ``inner`` grouping of team_individual / running.
-_GROUPING_SCHEMES = ("batch", "type", "position", "chunk", "sequence", "type_position")
+GROUPING_SCHEMES: tuple[str, ...] = (
+    "batch",
+    "type",
+    "position",
+    "chunk",
+    "sequence",
+    "type_position",
+)
+_GROUPING_SCHEMES = GROUPING_SCHEMES
 
 
 # ----------------------------------------------------------------------------- validation
