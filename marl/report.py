@@ -1,0 +1,819 @@
+"""Summary, report and plots of a ``python -m marl.compare`` directory.
+
+:func:`build_summary` reads every finished run directory, computes the figures with
+:mod:`marl.stats` and returns one JSON-able mapping; :func:`write_all` writes it as
+
+* ``summary.json``: every figure (per-seed values, IQM and mean with CIs, probability of
+  improvement over the reference with CI, learning-curve bands, stability figures, advantage
+  statistics over training, failed runs with their errors, commands, environment);
+* ``report.md``: tables with CIs, plain-sentence verdicts, failed runs, warnings, the exact
+  commands, environment and package versions, and the plots;
+* ``plots/learning_curves.png`` (mean across seeds with bootstrap CI bands, per variant),
+  ``plots/aggregate_intervals.png`` (IQM and mean with CIs per metric and variant),
+  ``plots/probability_of_improvement.png`` and ``plots/advantages_<variant>.png`` (advantage
+  statistics over training, before and after whitening, per agent type).
+
+summary.json layout (metric names: ``success_rate``, ``solved_rate``, ``mean_return`` from
+eval.json, ``auc_success`` from metrics.jsonl)::
+
+    {"reference": "baseline", "seeds": [0, 1, ...], "budget": {...}, "bootstrap": {...},
+     "variants": {NAME: {"args": [...], "n_finished", "n_failed", "n_missing",
+                         "metrics": {METRIC: {"n", "values", "seeds", "iqm", "iqm_ci",
+                                              "mean", "mean_ci", "std", "min", "max"}},
+                         "probability_of_improvement": {METRIC: {...}} | None,
+                         "curves": {"episode/success": {"env_steps", "mean", "mean_ci",
+                                                        "iqm", "iqm_ci", "n"}, ...},
+                         "stability": {...}, "stability_per_run": [...],
+                         "advantages": {"all" | TYPE: {"adv_raw" | "adv": {STAT: curve}}}}},
+     "probability_of_improvement": {NAME: {METRIC: {"value", "ci", "n_x", "n_y",
+                                                    "mean_difference": {"value", "ci",
+                                                                        "relative"}}}},
+     "verdicts": [sentences], "runs": [{"variant", "seed", "status", "error", ...}],
+     "warnings": [...], "commands": {...}, "environment": {...}, "plots": [...]}
+
+CIs are ``[low, high]`` or ``None`` (fewer than two runs).
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from marl import stats
+
+if TYPE_CHECKING:
+    from marl.compare import CompareSpec
+
+__all__ = ["METRICS", "build_summary", "write_all", "write_report", "make_plots"]
+
+#: Per-run scores aggregated across seeds: name -> (source, key, label).
+#: source "eval": a field of eval.json; "auc": normalised area under a metrics.jsonl curve.
+METRICS: dict[str, tuple[str, str, str]] = {
+    "success_rate": ("eval", "success_rate", "final success rate"),
+    "solved_rate": ("eval", "solved_rate", "final solved rate"),
+    "mean_return": ("eval", "mean_return", "final return"),
+    "auc_success": ("auc", "episode/success", "area under the success curve"),
+}
+
+#: metrics.jsonl curves shown as learning curves (training episodes, and the validation
+#: success logged every ``eval_every`` updates when the runs log it).
+CURVE_KEYS = ("episode/success", "episode/return", "eval/success_rate")
+
+ADV_STATS = ("mean", "std", "pos_frac", "pos_mean", "neg_mean")
+PACKAGES = (
+    "torch",
+    "numpy",
+    "scipy",
+    "rliable",
+    "arch",
+    "pandas",
+    "matplotlib",
+    "pettingzoo",
+    "gymnasium",
+    "einops",
+    "numba",
+    "pyyaml",
+    "tqdm",
+    "mamba-ssm",
+)
+CURVE_POINTS = 50
+
+
+# ------------------------------------------------------------------------------------------
+# environment
+# ------------------------------------------------------------------------------------------
+def environment_info() -> dict[str, Any]:
+    """Python, platform, CPU count, package versions and the git commit of the code."""
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    git = {"commit": None, "dirty": None}
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10
+        )
+        if commit.returncode == 0:
+            git["commit"] = commit.stdout.strip()
+            dirty = subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=repo,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+            git["dirty"] = bool(dirty.stdout.strip()) if dirty.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "packages": versions,
+        "git": git,
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# summary
+# ------------------------------------------------------------------------------------------
+def _run_score(run: stats.RunData, metric: str) -> float | None:
+    source, key, _ = METRICS[metric]
+    if source == "eval":
+        value = (run.eval or {}).get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        value = float(value)
+        return value if np.isfinite(value) else None
+    x, y = stats.learning_curve(run.records, key)
+    return stats.normalized_auc(x, y)
+
+
+def _agent_types(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    pattern = re.compile(r"^adv(?:_raw)?/([^/]+)/mean$")
+    found: set[str] = set()
+    for row in records:
+        for key in row:
+            m = pattern.match(key)
+            if m:
+                found.add(m.group(1))
+    return sorted(found)
+
+
+def _mean_curves(
+    runs: Sequence[stats.RunData], key: str, num_points: int = CURVE_POINTS
+) -> dict[str, Any] | None:
+    """Mean over runs (no CI) of a metrics.jsonl curve on the common env-step grid."""
+    curves = [stats.learning_curve(r.records, key) for r in runs]
+    curves = [c for c in curves if c[0].size]
+    resampled = stats.resample_curves(curves, num_points)
+    if resampled is None:
+        return None
+    grid, values = resampled
+    return {"env_steps": grid.tolist(), "mean": values.mean(axis=0).tolist(), "n": len(curves)}
+
+
+def build_summary(
+    spec: CompareSpec,
+    records: Sequence[Mapping[str, Any]],
+    *,
+    reps: int = stats.DEFAULT_REPS,
+    seed: int = 0,
+    confidence: float = 0.95,
+    entropy_threshold: float = 0.1,
+    command: str | None = None,
+    wall_s: float | None = None,
+    title: str | None = None,
+) -> dict[str, Any]:
+    """All figures of a comparison as one JSON-able mapping (see the module docstring).
+
+    ``records`` are :func:`marl.compare.collect_runs` rows. Only finished runs enter the
+    statistics; failed and missing runs are listed with their errors and counted, and produce
+    warnings. Each bootstrap uses a seed derived from ``seed`` and the figure's name, so the
+    summary is reproducible and independent of the variants' order.
+    """
+    warnings: list[str] = []
+    variant_names = [v.name for v in spec.variants]
+    loaded: dict[str, list[stats.RunData]] = {name: [] for name in variant_names}
+    run_rows = []
+    for rec in records:
+        row = dict(rec)
+        row["run_dir"] = os.path.relpath(rec["run_dir"], spec.out)
+        if rec["status"] == "finished":
+            try:
+                run = stats.load_run(rec["run_dir"])
+            except ValueError as exc:
+                row.update(status="failed", error=f"unreadable results: {exc}")
+            else:
+                loaded[rec["variant"]].append(run)
+                row["eval"] = run.eval
+                steps = [r.get("env_steps") for r in run.records]
+                steps = [x for x in steps if isinstance(x, int | float)]
+                row["env_steps"] = max(steps) if steps else None
+                if run.bad_lines:
+                    warnings.append(
+                        f"{rec['variant']}/seed_{rec['seed']}: {run.bad_lines} unparsable "
+                        "metrics.jsonl line(s) skipped"
+                    )
+        run_rows.append(row)
+    for row in run_rows:
+        if row["status"] == "failed":
+            first = (row.get("error") or "").splitlines()[:1]
+            warnings.append(
+                f"run {row['variant']}/seed_{row['seed']} failed and is excluded from the "
+                f"statistics ({first[0] if first else 'no error text'}); log: {row['log']}"
+            )
+        elif row["status"] == "missing":
+            warnings.append(
+                f"run {row['variant']}/seed_{row['seed']} has not finished (not run yet or "
+                "interrupted) and is excluded; rerun the same command to complete it"
+            )
+    if len(spec.seeds) < 2:
+        warnings.append(
+            f"only {len(spec.seeds)} seed per variant: figures are point estimates without "
+            "confidence intervals; use --seeds 5 or more for claims"
+        )
+    elif len(spec.seeds) < 5:
+        warnings.append(
+            f"only {len(spec.seeds)} seeds per variant: bootstrap CIs from so few runs are "
+            "too narrow (a percentile bootstrap cannot see beyond the observed runs); treat "
+            "the verdicts as indicative and use --seeds 5 or more for claims"
+        )
+
+    variants: dict[str, Any] = {}
+    scores: dict[str, dict[str, list[float]]] = {}
+    for v in spec.variants:
+        runs = loaded[v.name]
+        per_metric: dict[str, Any] = {}
+        scores[v.name] = {}
+        for metric in METRICS:
+            values = [_run_score(r, metric) for r in runs]
+            present = [x for x in values if x is not None]
+            if len(present) < len(values):
+                warnings.append(
+                    f"{v.name}: {len(values) - len(present)} finished run(s) lack "
+                    f"{METRICS[metric][1]!r}; left out of {metric}"
+                )
+            scores[v.name][metric] = present
+            est = stats.interval_estimates(
+                present,
+                reps=reps,
+                seed=stats.derive_seed(seed, "interval", v.name, metric),
+                confidence=confidence,
+            )
+            if runs:
+                est["seeds"] = [
+                    int(r.config.get("seed")) if r.config and "seed" in r.config else None
+                    for r, x in zip(runs, values, strict=True)
+                    if x is not None
+                ]
+            per_metric[metric] = est
+        if len(runs) == 1 and len(spec.seeds) >= 2:
+            warnings.append(f"{v.name}: only 1 finished run: its figures have no CI")
+        curves: dict[str, Any] = {}
+        for key in CURVE_KEYS:
+            raw = [stats.learning_curve(r.records, key) for r in runs]
+            resampled = stats.resample_curves([c for c in raw if c[0].size], CURVE_POINTS)
+            if resampled is None:
+                continue
+            grid, values_arr = resampled
+            band = stats.curve_bands(
+                values_arr,
+                reps=max(1, min(reps, 1000)),
+                seed=stats.derive_seed(seed, "curve", v.name, key),
+                confidence=confidence,
+            )
+            curves[key] = {"env_steps": grid.tolist(), "n": int(values_arr.shape[0]), **band}
+        per_run_stability = [
+            stats.stability_figures(r.records, entropy_threshold=entropy_threshold) for r in runs
+        ]
+        types = sorted({t for r in runs for t in _agent_types(r.records)})
+        advantages: dict[str, Any] = {}
+        for group in ["all", *types]:
+            advantages[group] = {}
+            for prefix in ("adv_raw", "adv"):
+                base = prefix if group == "all" else f"{prefix}/{group}"
+                advantages[group][prefix] = {
+                    stat: _mean_curves(runs, f"{base}/{stat}") for stat in ADV_STATS
+                }
+        variants[v.name] = {
+            "args": v.args,
+            "n_runs": sum(1 for r in run_rows if r["variant"] == v.name),
+            "n_finished": len(runs),
+            "n_failed": sum(
+                1 for r in run_rows if r["variant"] == v.name and r["status"] == "failed"
+            ),
+            "n_missing": sum(
+                1 for r in run_rows if r["variant"] == v.name and r["status"] == "missing"
+            ),
+            "metrics": per_metric,
+            "curves": curves,
+            "stability": stats.aggregate_stability(per_run_stability) if runs else None,
+            "stability_per_run": per_run_stability,
+            "advantages": advantages,
+            "agent_types": types,
+        }
+
+    improvement: dict[str, Any] = {}
+    sentences: list[str] = []
+    ref = spec.reference
+    for v in spec.variants:
+        if v.name == ref:
+            continue
+        improvement[v.name] = {}
+        for metric in METRICS:
+            poi = stats.probability_of_improvement(
+                scores[v.name][metric],
+                scores[ref][metric],
+                reps=reps,
+                seed=stats.derive_seed(seed, "poi", v.name, ref, metric),
+                confidence=confidence,
+            )
+            poi["mean_difference"] = stats.mean_difference(
+                scores[v.name][metric],
+                scores[ref][metric],
+                reps=reps,
+                seed=stats.derive_seed(seed, "diff", v.name, ref, metric),
+                confidence=confidence,
+            )
+            improvement[v.name][metric] = poi
+            sentences.append(
+                stats.verdict(v.name, ref, METRICS[metric][2], poi, confidence=confidence)
+            )
+    for name, entry in variants.items():
+        entry["probability_of_improvement"] = improvement.get(name)  # None for the reference
+
+    budget = {"total_steps": spec.total_steps, "max_time": spec.max_time}
+    if title is None:
+        title = f"Study '{spec.study}'" if spec.study else "Comparison of variants"
+    return {
+        "schema_version": 1,
+        "title": title,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "algo": spec.algo,
+        "study": spec.study,
+        "config": spec.config,
+        "common": spec.common,
+        "budget": budget,
+        "seeds": spec.seeds,
+        "jobs": spec.jobs,
+        "reference": ref,
+        "bootstrap": {
+            "reps": reps,
+            "seed": seed,
+            "confidence": confidence,
+            "method": "percentile, stratified over runs (rliable)",
+        },
+        "entropy_threshold": entropy_threshold,
+        "metrics": {
+            k: {"source": s, "key": key, "label": lab} for k, (s, key, lab) in METRICS.items()
+        },
+        "variants": variants,
+        "probability_of_improvement": improvement,
+        "verdicts": sentences,
+        "runs": run_rows,
+        "warnings": warnings,
+        "commands": {
+            "compare": command,
+            "train": {f"{r['variant']}/seed_{r['seed']}": r["command"] for r in run_rows},
+        },
+        "wall_s": wall_s,
+        "environment": environment_info(),
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# report.md
+# ------------------------------------------------------------------------------------------
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def _fmt_ci(value: float | None, ci: Sequence[float] | None, digits: int = 3) -> str:
+    if value is None:
+        return "n/a"
+    if ci is None:
+        return f"{value:.{digits}f} (no CI)"
+    return f"{value:.{digits}f} [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+
+
+def _phase(d: Mapping[str, Any] | None) -> str:
+    if not d or d.get("first_quarter") is None:
+        return "n/a"
+    return f"{d['first_quarter']:.2f} → {d['last_quarter']:.2f}"
+
+
+def _seed_claim_section(s: Mapping[str, Any]) -> list[str]:
+    """For the calibration study: seed 000's "+22% success" claim against the measurement."""
+    poi_all = s.get("probability_of_improvement") or {}
+    if s.get("study") != "calibration" or s.get("reference") != "baseline":
+        return []
+    if "success_rate" not in poi_all.get("calibrated", {}):
+        return []
+    poi = poi_all["calibrated"]["success_rate"]
+    diff = poi["mean_difference"]
+    conf = f"{100 * s['bootstrap']['confidence']:g}%"
+    lines = ["## The seed's claim", ""]
+    if diff["value"] is None:
+        return [*lines, "No finished runs of calibrated or baseline: nothing to test.", ""]
+    text = (
+        "Seed 000 reports that its calibrated recipe reaches a success rate about 22% higher "
+        "than the baseline. Measured here (final success rate on the validation seeds): "
+        f"calibrated − baseline = {100 * diff['value']:+.1f} percentage points"
+    )
+    if diff["ci"] is not None:
+        text += f" [{100 * diff['ci'][0]:+.1f}, {100 * diff['ci'][1]:+.1f}] ({conf} CI)"
+    if diff["relative"] is not None:
+        text += f", {100 * diff['relative']:+.0f}% relative to the baseline's mean"
+    text += ". " + stats.verdict("calibrated", "baseline", "final success rate", poi)
+    return [*lines, text, ""]
+
+
+def write_report(summary: Mapping[str, Any], out: str) -> str:
+    """Write ``out/report.md`` from a summary; returns its path."""
+    s = summary
+    conf = f"{100 * s['bootstrap']['confidence']:g}%"
+    lines: list[str] = [f"# {s['title']}", ""]
+    budget = s["budget"]
+    budget_text = (
+        f"{budget['total_steps']} env steps per run"
+        if budget["total_steps"] is not None
+        else f"{budget['max_time']:g} s wall clock per run"
+        if budget["max_time"] is not None
+        else "the config's budget per run"
+    )
+    lines += [
+        f"Algorithm `{s['algo']}`, {len(s['variants'])} variants x {len(s['seeds'])} seeds "
+        f"(seeds {s['seeds'][0]}..{s['seeds'][-1]}), budget: {budget_text}, "
+        f"{s['jobs']} run(s) at once. Reference variant: **{s['reference']}**. "
+        f"Generated {s['created']}.",
+        "",
+        f"Statistics: IQM (interquartile mean) and mean over seeds with {conf} stratified "
+        f"bootstrap confidence intervals ({s['bootstrap']['reps']} resamples, seed "
+        f"{s['bootstrap']['seed']}, rliable); probability of improvement P(X > reference) for "
+        "one run of each, with its CI. A claim is made only when the whole CI of "
+        "P(improvement) is above (or below) 0.5.",
+        "",
+    ]
+    if s["warnings"]:
+        lines += ["## Warnings", ""]
+        lines += [f"- {w}" for w in s["warnings"]]
+        lines.append("")
+    lines += ["## Verdicts", ""]
+    lines += [f"- {v}" for v in s["verdicts"]] or ["- (only one variant: nothing to compare)"]
+    lines.append("")
+    lines += _seed_claim_section(s)
+
+    lines += [
+        "## Variants",
+        "",
+        "| variant | options | finished | failed | missing | env steps reached |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, v in s["variants"].items():
+        opts = " ".join(v["args"]) or "(none)"
+        mark = " (reference)" if name == s["reference"] else ""
+        steps = [
+            r["env_steps"]
+            for r in s["runs"]
+            if r["variant"] == name and r.get("env_steps") is not None
+        ]
+        steps_text = "-" if not steps else f"{min(steps):.0f}–{max(steps):.0f}"
+        lines.append(
+            f"| {name}{mark} | `{opts}` | {v['n_finished']} | {v['n_failed']} | "
+            f"{v['n_missing']} | {steps_text} |"
+        )
+    if budget["max_time"] is not None:
+        lines += [
+            "",
+            "The budget is wall-clock time: runs that shared the CPU with others reached "
+            "fewer env steps (see the last column), so the comparison is per time, not per step.",
+        ]
+    if s.get("common"):
+        lines += ["", f"Options common to all variants: `{' '.join(s['common'])}`."]
+    lines.append("")
+
+    lines += ["## Results", ""]
+    for metric, meta in s["metrics"].items():
+        source = (
+            f"`{meta['key']}` of eval.json"
+            if meta["source"] == "eval"
+            else f"step-weighted mean of `{meta['key']}` over training (metrics.jsonl)"
+        )
+        lines += [f"### {meta['label']} ({source})", ""]
+        lines += [
+            f"| variant | n | IQM [{conf} CI] | mean [{conf} CI] | per seed | "
+            f"P(improvement over {s['reference']}) | mean − {s['reference']} (relative) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, v in s["variants"].items():
+            m = v["metrics"][metric]
+            per_seed = ", ".join(f"{x:.3g}" for x in m["values"]) or "-"
+            if name == s["reference"]:
+                poi_text = diff_text = "(reference)"
+            else:
+                poi = s["probability_of_improvement"][name][metric]
+                poi_text = _fmt_ci(poi["value"], poi["ci"], 2)
+                diff = poi["mean_difference"]
+                diff_text = _fmt_ci(diff["value"], diff["ci"])
+                if diff["relative"] is not None:
+                    diff_text += f" ({100 * diff['relative']:+.0f}%)"
+            lines.append(
+                f"| {name} | {m['n']} | {_fmt_ci(m['iqm'], m['iqm_ci'])} | "
+                f"{_fmt_ci(m['mean'], m['mean_ci'])} | {per_seed} | {poi_text} | {diff_text} |"
+            )
+        lines.append("")
+
+    lines += [
+        "## Stability",
+        "",
+        f"Entropy collapse: runs whose policy entropy fell below {s['entropy_threshold']:g} "
+        "nats (median update of the collapse). Advantage clip active: fraction of updates with "
+        "`adv_clip_frac` > 0. Positive fraction of advantages before (`adv_raw`) and after "
+        "(`adv`) whitening, first quarter → last quarter of training; mean of the negative "
+        "advantages after whitening over training.",
+        "",
+        "| variant | entropy collapse | final entropy | adv clip active | adv_raw pos frac | "
+        "adv pos frac | adv neg mean |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, v in s["variants"].items():
+        st = v["stability"]
+        if st is None:
+            lines.append(f"| {name} | n/a | n/a | n/a | n/a | n/a | n/a |")
+            continue
+        if st["runs_with_entropy"] == 0:
+            collapse = "not logged"
+        else:
+            collapse = f"{st['collapsed_runs']}/{st['runs_with_entropy']} runs"
+            if st["collapse_update_median"] is not None:
+                collapse += f" (update {st['collapse_update_median']:g})"
+        adv = st["advantage"]
+        lines.append(
+            f"| {name} | {collapse} | {_fmt(st['final_entropy_mean'])} | "
+            f"{_fmt(st['adv_clip_active_frac'], 2)} | {_phase(adv['adv_raw']['pos_frac'])} | "
+            f"{_phase(adv['adv']['pos_frac'])} | {_fmt(adv['adv']['neg_mean']['mean'], 2)} |"
+        )
+    lines.append("")
+
+    failed = [r for r in s["runs"] if r["status"] == "failed"]
+    if failed:
+        lines += ["## Failed runs (excluded from the statistics)", ""]
+        for r in failed:
+            lines += [
+                f"### {r['variant']}/seed_{r['seed']}",
+                "",
+                f"Log: `{r['log']}` (relative to this directory)",
+                "",
+                "```",
+                (r.get("error") or "").rstrip(),
+                "```",
+                "",
+            ]
+
+    plots = s.get("plots") or []
+    if plots:
+        lines += ["## Plots", ""]
+        for rel in plots:
+            lines += [f"![{os.path.basename(rel)}]({rel})", ""]
+
+    lines += [
+        "<details><summary>Every run</summary>",
+        "",
+        "| run | status | success | solved | return | env steps | wall s | attempts |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in s["runs"]:
+        ev = r.get("eval") or {}
+
+        def num(key: str, ev: Mapping[str, Any] = ev) -> str:
+            value = ev.get(key)
+            return f"{value:.3f}" if isinstance(value, int | float) else "-"
+
+        steps = f"{r['env_steps']:.0f}" if r.get("env_steps") is not None else "-"
+        wall = f"{r['wall_s']:.0f}" if r.get("wall_s") is not None else "-"
+        lines.append(
+            f"| {r['variant']}/seed_{r['seed']} | {r['status']} | {num('success_rate')} | "
+            f"{num('solved_rate')} | {num('mean_return')} | {steps} | {wall} | "
+            f"{r.get('attempts', 0)} |"
+        )
+    lines += ["", "</details>", ""]
+
+    lines += ["## Commands", "", "```", s["commands"]["compare"] or "(API call)", "```", ""]
+    lines += ["<details><summary>Train command of every run</summary>", "", "```"]
+    lines += [f"{key}: {cmd}" for key, cmd in s["commands"]["train"].items()]
+    lines += ["```", "", "</details>", ""]
+
+    env = s["environment"]
+    lines += [
+        "## Environment",
+        "",
+        f"- Python {env['python']} on {env['platform']} ({env['cpu_count']} CPUs)",
+        f"- git commit: {env['git']['commit'] or 'unknown'}"
+        + (" (uncommitted changes)" if env["git"]["dirty"] else ""),
+        "- packages: " + ", ".join(f"{k} {v}" for k, v in env["packages"].items() if v is not None),
+    ]
+    if s.get("wall_s") is not None:
+        lines.append(f"- compare wall time (this invocation): {s['wall_s']:.0f} s")
+    lines.append("")
+    path = os.path.join(out, "report.md")
+    with open(path, "w") as fh:
+        fh.write("\n".join(lines))
+    return path
+
+
+# ------------------------------------------------------------------------------------------
+# plots
+# ------------------------------------------------------------------------------------------
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _colors(names: Sequence[str]) -> dict[str, Any]:
+    plt = _plt()
+    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+    return {name: cmap(i % cmap.N) for i, name in enumerate(names)}
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", name)
+
+
+def make_plots(summary: Mapping[str, Any], out: str) -> list[str]:
+    """Write the PNG plots under ``out/plots``; returns their paths relative to ``out``."""
+    plt = _plt()
+    plot_dir = os.path.join(out, "plots")
+    os.makedirs(plot_dir, exist_ok=True)
+    names = list(summary["variants"])
+    colors = _colors(names)
+    written: list[str] = []
+
+    # learning curves with CI bands
+    keys = [k for k in CURVE_KEYS if any(k in v["curves"] for v in summary["variants"].values())]
+    if keys:
+        fig, axes = plt.subplots(1, len(keys), figsize=(6 * len(keys), 4), squeeze=False)
+        for ax, key in zip(axes[0], keys, strict=True):
+            for name in names:
+                c = summary["variants"][name]["curves"].get(key)
+                if c is None:
+                    continue
+                x = np.asarray(c["env_steps"])
+                ax.plot(x, c["mean"], color=colors[name], label=f"{name} (n={c['n']})")
+                if c["mean_ci"] is not None:
+                    ax.fill_between(
+                        x, c["mean_ci"][0], c["mean_ci"][1], color=colors[name], alpha=0.2
+                    )
+            ax.set_xlabel("env steps")
+            ax.set_ylabel(key)
+            ax.set_title(f"{key}: mean over seeds, {summary['bootstrap']['confidence']:.0%} CI")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = os.path.join(plot_dir, "learning_curves.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(os.path.relpath(path, out))
+
+    # aggregate interval estimates: one panel per metric x (IQM, mean)
+    metrics = list(summary["metrics"])
+    fig, axes = plt.subplots(
+        len(metrics),
+        2,
+        figsize=(10, 0.5 + 0.45 * len(names) * len(metrics) + len(metrics)),
+        squeeze=False,
+    )
+    for row, metric in enumerate(metrics):
+        for col, stat_name in enumerate(("iqm", "mean")):
+            ax = axes[row][col]
+            for i, name in enumerate(names):
+                m = summary["variants"][name]["metrics"][metric]
+                if m[stat_name] is None:
+                    ax.text(
+                        0.02,
+                        i,
+                        "no finished runs",
+                        va="center",
+                        fontsize=8,
+                        transform=ax.get_yaxis_transform(),
+                    )
+                    continue
+                ci = m[f"{stat_name}_ci"]
+                if ci is not None:
+                    ax.barh(i, ci[1] - ci[0], left=ci[0], height=0.6, color=colors[name], alpha=0.6)
+                ax.plot([m[stat_name]], [i], "k|", markersize=14)
+            ax.set_yticks(range(len(names)))
+            ax.set_yticklabels(names if col == 0 else [""] * len(names))
+            ax.set_title(
+                f"{stat_name.upper()} of {summary['metrics'][metric]['label']}", fontsize=9
+            )
+            ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    path = os.path.join(plot_dir, "aggregate_intervals.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(os.path.relpath(path, out))
+
+    # probability of improvement over the reference
+    others = [n for n in names if n != summary["reference"]]
+    if others:
+        fig, axes = plt.subplots(
+            1,
+            len(metrics),
+            figsize=(3.2 * len(metrics), 0.8 + 0.45 * len(others)),
+            squeeze=False,
+        )
+        for ax, metric in zip(axes[0], metrics, strict=True):
+            for i, name in enumerate(others):
+                poi = summary["probability_of_improvement"][name][metric]
+                if poi["value"] is None:
+                    continue
+                if poi["ci"] is not None:
+                    lo, hi = poi["ci"]
+                    ax.barh(i, hi - lo, left=lo, height=0.6, color=colors[name], alpha=0.6)
+                ax.plot([poi["value"]], [i], "k|", markersize=14)
+            ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
+            ax.set_xlim(0, 1)
+            ax.set_yticks(range(len(others)))
+            ax.set_yticklabels(others if ax is axes[0][0] else [""] * len(others))
+            ax.set_title(summary["metrics"][metric]["label"], fontsize=9)
+        fig.suptitle(f"P(variant > {summary['reference']})", fontsize=10)
+        fig.tight_layout()
+        path = os.path.join(plot_dir, "probability_of_improvement.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(os.path.relpath(path, out))
+
+    # advantage distribution over training, per variant and agent type
+    for name in names:
+        adv = summary["variants"][name]["advantages"]
+        groups = [g for g in adv if any(adv[g][p]["mean"] for p in ("adv_raw", "adv"))]
+        if not groups:
+            continue
+        fig, axes = plt.subplots(
+            len(groups), 2, figsize=(11, 2.8 * len(groups)), squeeze=False, sharex=True
+        )
+        for row, group in enumerate(groups):
+            for col, prefix in enumerate(("adv_raw", "adv")):
+                ax = axes[row][col]
+                curves = adv[group][prefix]
+                mean, std = curves["mean"], curves["std"]
+                if mean is None:
+                    ax.set_visible(False)
+                    continue
+                x = np.asarray(mean["env_steps"])
+                mu = np.asarray(mean["mean"])
+                ax.plot(x, mu, color="C0", label="mean")
+                if std is not None and len(std["mean"]) == len(mu):
+                    sd = np.asarray(std["mean"])
+                    ax.fill_between(x, mu - sd, mu + sd, color="C0", alpha=0.2, label="± std")
+                for stat_name, color in (("pos_mean", "C2"), ("neg_mean", "C3")):
+                    c = curves[stat_name]
+                    if c is not None:
+                        ax.plot(
+                            c["env_steps"], c["mean"], color=color, linestyle="--", label=stat_name
+                        )
+                pos = curves["pos_frac"]
+                if pos is not None:
+                    twin = ax.twinx()
+                    twin.plot(pos["env_steps"], pos["mean"], color="C1", linestyle=":")
+                    twin.set_ylim(0, 1)
+                    twin.set_ylabel("pos_frac (dotted)", color="C1", fontsize=8)
+                when = "before whitening" if prefix == "adv_raw" else "after whitening"
+                ax.set_title(f"{name}: {group}, {when}", fontsize=9)
+                ax.grid(alpha=0.3)
+                if row == len(groups) - 1:
+                    ax.set_xlabel("env steps")
+                if row == 0 and col == 0:
+                    ax.legend(fontsize=7, loc="upper right")
+        fig.tight_layout()
+        path = os.path.join(plot_dir, f"advantages_{_safe(name)}.png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(os.path.relpath(path, out))
+    return written
+
+
+def _jsonable(obj: Any) -> Any:
+    """Plain JSON values: numpy scalars/arrays converted, NaN and infinities as None."""
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | np.ndarray):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    return obj
+
+
+def write_all(summary: dict[str, Any], out: str, *, plots: bool = True) -> dict[str, Any]:
+    """Write plots (unless ``plots=False``), ``summary.json`` and ``report.md`` into ``out``."""
+    os.makedirs(out, exist_ok=True)
+    summary["plots"] = make_plots(summary, out) if plots else []
+    path = os.path.join(out, "summary.json")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(_jsonable(summary), fh, indent=1, allow_nan=False)
+        fh.write("\n")
+    os.replace(tmp, path)
+    write_report(summary, out)
+    return summary

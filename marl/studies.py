@@ -1,0 +1,125 @@
+"""Built-in studies for ``python -m marl.compare --study NAME``.
+
+Each study is a list of named variants (train options, as ``--field=value`` strings of
+``python -m marl.train``, see ``marl/config.py``) and a reference variant that the others are
+compared against (probability of improvement).
+
+=============  ================================================================================
+study          variants
+=============  ================================================================================
+whitening      none, batch, type, team_individual at alpha 0.25 / 0.5 / 0.75 (inner grouping by
+               agent type), running (exact running statistics); with a sequence backbone (gru,
+               mamba, mamba2) also position and chunk. Reference: batch.
+calibration    baseline (``--recipe=baseline``: plain batch whitening), then seed 000's staged
+               enabling on top of it: value stabilisation (clipped value loss 0.1, 4 value
+               epochs, value normalisation; MAPPO only, GRPO has no critic), + batch
+               whitening then clip 5, + entropy bonus 0.01 and asymmetric ratio clip (0.1
+               below, 0.2 above), and the full ``--recipe=calibrated`` (which also has the
+               optimism offset 0.5). Reference: baseline.
+memory         mlp vs gru vs mamba vs mamba2 backbones on the memory preset of the environment
+               (``--env.preset=memory``: no minimap, long episodes). Reference: mlp.
+=============  ================================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Study", "STUDIES", "SEQUENCE_BACKBONES", "get_study"]
+
+#: Backbones with memory over a sequence window (the whitening study adds position/chunk).
+SEQUENCE_BACKBONES = ("gru", "mamba", "mamba2")
+
+
+@dataclass(frozen=True)
+class Study:
+    """A named set of variants: ``variants`` maps variant name -> train options."""
+
+    name: str
+    description: str
+    reference: str
+    variants: dict[str, list[str]]
+
+
+def _whitening(backbone: str, algo: str) -> Study:
+    variants: dict[str, list[str]] = {
+        "none": ["--whitening=none"],
+        "batch": ["--whitening=batch"],
+        "type": ["--whitening=type"],
+        "ti_a0.25": ["--whitening=team_individual", "--alpha=0.25", "--whiten-inner=type"],
+        "ti_a0.5": ["--whitening=team_individual", "--alpha=0.5", "--whiten-inner=type"],
+        "ti_a0.75": ["--whitening=team_individual", "--alpha=0.75", "--whiten-inner=type"],
+        "running": ["--whitening=running"],
+    }
+    if backbone in SEQUENCE_BACKBONES:
+        variants["position"] = ["--whitening=position"]
+        variants["chunk"] = ["--whitening=chunk"]
+    return Study(
+        name="whitening",
+        description="Grouped advantage whitening schemes (DESIGN.md: one grouped kernel).",
+        reference="batch",
+        variants=variants,
+    )
+
+
+def _calibration(backbone: str, algo: str) -> Study:
+    entropy_asym = ["--ent-coef=0.01", "--clip-low=0.1", "--clip-high=0.2"]
+    whiten_clip = ["--whitening=batch", "--adv-clip=5.0"]
+    if algo == "grpo":  # no critic: the value-stabilisation stage does not exist
+        variants = {
+            "baseline": ["--recipe=baseline"],
+            "whiten_clip": ["--recipe=baseline", *whiten_clip],
+            "whiten_clip+ent_asym": ["--recipe=baseline", *whiten_clip, *entropy_asym],
+            "calibrated": ["--recipe=calibrated"],
+        }
+    else:
+        value_stab = [
+            "--recipe=baseline",
+            "--value-clip=0.1",
+            "--value-epochs=4",
+            "--value-norm=true",
+        ]
+        variants = {
+            "baseline": ["--recipe=baseline"],
+            "value_stab": value_stab,
+            "value_stab+whiten_clip": [*value_stab, *whiten_clip],
+            "value_stab+whiten_clip+ent_asym": [*value_stab, *whiten_clip, *entropy_asym],
+            "calibrated": ["--recipe=calibrated"],
+        }
+    return Study(
+        name="calibration",
+        description=(
+            "Seed 000's calibrated recipe vs the baseline, with its staged enabling: value "
+            "stabilisation (MAPPO only), + batch whitening and clip, + entropy bonus and "
+            "asymmetric clip."
+        ),
+        reference="baseline",
+        variants=variants,
+    )
+
+
+def _memory(backbone: str, algo: str) -> Study:
+    return Study(
+        name="memory",
+        description="Backbones on the memory preset (no minimap: memory is necessary).",
+        reference="mlp",
+        variants={
+            kind: [f"--backbone={kind}", "--env.preset=memory"]
+            for kind in ("mlp", "gru", "mamba", "mamba2")
+        },
+    )
+
+
+STUDIES = {"whitening": _whitening, "calibration": _calibration, "memory": _memory}
+
+
+def get_study(name: str, *, backbone: str = "mlp", algo: str = "mappo") -> Study:
+    """The study ``name`` for runs with ``backbone`` and ``algo`` (from config/common args).
+
+    Raises ValueError for an unknown study name, listing the known ones.
+    """
+    if name not in STUDIES:
+        raise ValueError(f"unknown study {name!r}; known studies: {', '.join(STUDIES)}")
+    if algo not in ("mappo", "grpo"):
+        raise ValueError(f"unknown algo {algo!r}; allowed: mappo, grpo")
+    return STUDIES[name](backbone, algo)
