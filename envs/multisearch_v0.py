@@ -264,7 +264,32 @@ def _check_action_keys(actions: Any, agents: Sequence[str]) -> None:
         )
 
 
-class MultiSearchParallelEnv(ParallelEnv):
+class _SpacesAndLimits:
+    """Per-agent space lookups and the writable ``max_cycles``, shared by both faces."""
+
+    observation_spaces: dict[str, gymnasium.spaces.Dict]
+    action_spaces: dict[str, gymnasium.spaces.Discrete]
+    config: Any
+
+    # ---- spaces and episode limit ------------------------------------------------------
+    def observation_space(self, agent: str) -> gymnasium.spaces.Dict:
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> gymnasium.spaces.Discrete:
+        return self.action_spaces[agent]
+
+    @property
+    def max_cycles(self) -> int:
+        return self.config.max_cycles
+
+    @max_cycles.setter
+    def max_cycles(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"max_cycles must be an int >= 1, got {value!r}")
+        self.config.max_cycles = int(value)
+
+
+class MultiSearchParallelEnv(_SpacesAndLimits, ParallelEnv):
     """The PettingZoo Parallel env (one world of the vectorised core). See the module doc."""
 
     metadata = METADATA
@@ -284,23 +309,6 @@ class MultiSearchParallelEnv(ParallelEnv):
         self._buffers = self._core.new_obs_buffers()
         self._human: HumanRenderer | None = None
         self._started = False
-
-    # ---- spaces --------------------------------------------------------------------------
-    def observation_space(self, agent: str) -> gymnasium.spaces.Dict:
-        return self.observation_spaces[agent]
-
-    def action_space(self, agent: str) -> gymnasium.spaces.Discrete:
-        return self.action_spaces[agent]
-
-    @property
-    def max_cycles(self) -> int:
-        return self.config.max_cycles
-
-    @max_cycles.setter
-    def max_cycles(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"max_cycles must be an int >= 1, got {value!r}")
-        self.config.max_cycles = int(value)
 
     # ---- API -----------------------------------------------------------------------------
     def reset(
@@ -425,7 +433,7 @@ class MultiSearchParallelEnv(ParallelEnv):
         return infos
 
 
-class MultiSearchVectorEnv:
+class MultiSearchVectorEnv(_SpacesAndLimits):
     """``num_envs`` multisearch worlds stepped together (see the module doc, "vector_env").
 
     Spaces are the single-env spaces; arrays carry a leading ``num_envs`` axis.
@@ -466,23 +474,6 @@ class MultiSearchVectorEnv:
         self._final: tuple[np.ndarray, dict[str, dict[str, np.ndarray]], np.ndarray] | None = None
         self._final_obs_cache: dict[str, dict[str, np.ndarray]] | None = None
         self._human: HumanRenderer | None = None
-
-    # ---- spaces --------------------------------------------------------------------------
-    def observation_space(self, agent: str) -> gymnasium.spaces.Dict:
-        return self.observation_spaces[agent]
-
-    def action_space(self, agent: str) -> gymnasium.spaces.Discrete:
-        return self.action_spaces[agent]
-
-    @property
-    def max_cycles(self) -> int:
-        return self.config.max_cycles
-
-    @max_cycles.setter
-    def max_cycles(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"max_cycles must be an int >= 1, got {value!r}")
-        self.config.max_cycles = int(value)
 
     # ---- API -----------------------------------------------------------------------------
     def reset(

@@ -617,3 +617,23 @@ def parse_cli(argv: list[str] | None = None) -> TrainConfig:
     # that reject options they cannot honour
     cfg._explicit = set(explicit) | ({"env"} if env_over else set())  # type: ignore[attr-defined]
     return cfg
+
+
+def whitener_from_config(
+    cfg: TrainConfig, *, num_groups: int, distributed: bool, scheme: str | None = None
+) -> _whitening.AdvantageWhitener:
+    """The advantage whitener the config asks for (``scheme`` overrides ``cfg.whitening``).
+
+    One place maps the whitening fields (alpha, inner key, chunk size, clip, EMA momentum) to
+    :class:`marl.whitening.AdvantageWhitener`, for every algorithm.
+    """
+    return _whitening.AdvantageWhitener(
+        cfg.whitening if scheme is None else scheme,
+        alpha=cfg.alpha,
+        inner=cfg.whiten_inner,
+        chunk_size=cfg.chunk_size,
+        clip_range=cfg.adv_clip,
+        momentum=cfg.running_momentum,
+        num_groups=num_groups,
+        distributed=distributed,
+    )

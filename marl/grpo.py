@@ -81,6 +81,7 @@ from marl.advantages import (
     process_advantages,
     shape_with_penalty,
 )
+from marl.config import whitener_from_config
 from marl.objectives import NonFiniteError, OptimismOffset, linear_schedule
 from marl.policies import AgentLayout, MultiAgentPolicy
 from marl.rollout import EpisodeTracker, ObsBatcher, make_vector_env, reward_channels
@@ -807,15 +808,8 @@ class GRPO:
                 p.requires_grad_(False)
         self.second_stage: AdvantageWhitener | None = None
         if cfg.whitening not in ("team_individual", "none"):
-            self.second_stage = AdvantageWhitener(
-                cfg.whitening,
-                alpha=cfg.alpha,
-                inner=cfg.whiten_inner,
-                chunk_size=cfg.chunk_size,
-                clip_range=cfg.adv_clip,
-                momentum=cfg.running_momentum,
-                num_groups=len(self.layout.types),
-                distributed=self.distributed,
+            self.second_stage = whitener_from_config(
+                cfg, num_groups=len(self.layout.types), distributed=self.distributed
             )
         self.penalty_schedule = None
         if cfg.penalty_beta_schedule == "constant":

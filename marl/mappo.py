@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from marl.advantages import constant as constant_schedule
 from marl.advantages import discounted_returns, gae, linear_decay, shape_with_penalty
-from marl.config import TrainConfig
+from marl.config import TrainConfig, whitener_from_config
 from marl.objectives import (
     NonFiniteError,
     OptimismOffset,
@@ -46,7 +46,7 @@ from marl.objectives import (
 )
 from marl.policies import AgentLayout, CentralCritic, MultiAgentPolicy
 from marl.rollout import RolloutBatch, RolloutCollector, make_vector_env
-from marl.whitening import AdvantageWhitener, GroupKeys, advantage_stats, whiten
+from marl.whitening import GroupKeys, advantage_stats, whiten
 
 __all__ = ["MAPPO", "ActorUpdater", "window_plan"]
 
@@ -305,15 +305,8 @@ class MAPPO:
             self.value_norm_ind = ValueNorm(N, cfg.value_norm_beta, distributed=distributed).to(
                 self.device
             )
-        self.whitener = AdvantageWhitener(
-            cfg.whitening,
-            alpha=cfg.alpha,
-            inner=cfg.whiten_inner,
-            chunk_size=cfg.chunk_size,
-            clip_range=cfg.adv_clip,
-            momentum=cfg.running_momentum,
-            num_groups=len(self.layout.types),
-            distributed=distributed,
+        self.whitener = whitener_from_config(
+            cfg, num_groups=len(self.layout.types), distributed=distributed
         )
         self.penalty_schedule = None
         if cfg.penalty_beta_schedule == "constant":
