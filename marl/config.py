@@ -145,6 +145,14 @@ class TrainConfig:
         "mean(A')^2; None: off).",
     )
     max_grad_norm: float | None = _f(10.0, "Gradient-norm clip (None: off).")
+    parallel_update: bool = _f(
+        True,
+        "Run the independent parts of an update in threads on separate cores: each agent "
+        "type's actor forward/backward side by side, and (MAPPO) the critic's value epochs "
+        "alongside the policy epochs. Identical results either way (the parts are combined in "
+        "a fixed order; the critic's minibatch order is drawn before both start). Distributed "
+        "MAPPO runs the critic after the policy, so that collectives keep their order.",
+    )
     # ---- advantages and whitening ----------------------------------------------------------
     whitening: str = _f(
         "team_individual", "Advantage whitening scheme (marl.whitening).", choices=WHITENING_SCHEMES

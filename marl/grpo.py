@@ -998,7 +998,7 @@ class GRPO:
         metrics["lr"] = lr
         metrics["ent_coef"] = ent_coef
         if self.offset is not None:
-            metrics["optimism_offset"] = float(self.offset.b)
+            metrics["optimism_offset"] = float(self.offset.b.detach())
         if batch.episodes:
             for key in batch.episodes[0]:
                 metrics[f"episode/{key}"] = float(np.mean([e[key] for e in batch.episodes]))

@@ -24,6 +24,7 @@ Value targets are normalised by :class:`marl.objectives.ValueNorm` when ``value_
 from __future__ import annotations
 
 import math
+import threading
 import time
 from typing import Any
 
@@ -40,8 +41,8 @@ from marl.objectives import (
     ValueNorm,
     explained_variance,
     linear_schedule,
-    masked_mean,
-    ppo_policy_loss,
+    ppo_stats,
+    ppo_surrogate,
     value_loss,
 )
 from marl.policies import AgentLayout, CentralCritic, MultiAgentPolicy
@@ -94,6 +95,7 @@ class ActorUpdater:
         # CPU for these small networks)
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, eps=1e-5, fused=True)
         self.recurrent = policy.is_recurrent
+        self.parallel = bool(cfg.parallel_update)
         self.seq_len = cfg.seq_len if self.recurrent else 1
         self.burn_in = cfg.burn_in if self.recurrent else 0
 
@@ -109,8 +111,9 @@ class ActorUpdater:
             data = {}
             for t in self.policy.layout.types:
                 k = t.name
+                actor = self.policy.actors[k]
                 data[k] = {
-                    "obs": batch.obs[k].reshape(T * E, 1, t.n_agents, -1),
+                    "inputs": actor.inputs(batch.obs[k]).reshape(T * E, 1, t.n_agents, -1),
                     "mask": batch.mask[k].reshape(T * E, 1, t.n_agents, -1),
                     "actions": batch.actions[k].reshape(T * E, 1, t.n_agents),
                     "logp": batch.logp[k].reshape(T * E, 1, t.n_agents),
@@ -162,6 +165,8 @@ class ActorUpdater:
             g["lr"] = lr
         units = self._units(batch, advantages)
         U = units["num_units"]
+        types = self.policy.layout.types
+        agents_per_unit = sum(t.n_agents for t in types)
         mb_size = max(1, math.ceil(U / cfg.num_minibatches))
         sums: dict[str, float] = {}
         n_steps = 0
@@ -169,68 +174,55 @@ class ActorUpdater:
             perm = torch.randperm(U)
             for start in range(0, U, mb_size):
                 idx = perm[start : start + mb_size]
-                logps, olds, advs, masks, ents = [], [], [], [], []
-                extra = torch.zeros(())
-                for t in self.policy.layout.types:
-                    d = units["types"][t.name]
-                    actor = self.policy.actors[t.name]
-                    if self.recurrent:
-                        n = d["n_agents"]
-                        rows = (idx[:, None] * n + torch.arange(n)[None, :]).reshape(-1)
-                        state = tuple(_take(s, rows) for s in d["state"])
-                        dist = actor.sequence(
-                            _take(d["obs"], idx),
-                            _take(d["mask"], idx),
-                            state,
-                            _take(units["resets"], idx),
-                        )
-                        lm = _take(units["loss_mask"], idx)[..., None].expand(-1, -1, n)
-                    else:
-                        dist = actor.sequence(
-                            _take(d["obs"], idx), _take(d["mask"], idx), None, None
-                        )
-                        lm = None
-                    logp = dist.log_prob(_take(d["actions"], idx))
-                    logps.append(logp.reshape(-1))
-                    olds.append(_take(d["logp"], idx).reshape(-1))
-                    advs.append(_take(d["adv"], idx).reshape(-1))
-                    ents.append(dist.entropy().reshape(-1))
-                    masks.append(
-                        torch.ones_like(logps[-1], dtype=torch.bool)
-                        if lm is None
-                        else lm.reshape(-1)
+                # valid (step, agent) samples of the minibatch over all types: every type's
+                # loss terms are sums divided by this count, so their sum is the joint mean
+                if self.recurrent:
+                    count = _take(units["loss_mask"], idx).sum() * agents_per_unit
+                else:
+                    count = torch.tensor(float(len(idx) * agents_per_unit))
+                count = count.clamp_min(1.0)
+                self.optimizer.zero_grad(set_to_none=True)
+                # Each type's actor has its own parameters: its forward and backward can run
+                # in its own thread; the parts are combined in a fixed order (same results).
+                jobs = [
+                    _Job(
+                        self._type_backward,
+                        t,
+                        units,
+                        idx,
+                        count,
+                        ent_coef,
+                        extra_loss,
+                        offset,
+                        threaded=self.parallel and i > 0,
                     )
-                    if extra_loss is not None:
-                        extra = extra + extra_loss(t.name, idx, logp, dist)
-                logp, old, adv = torch.cat(logps), torch.cat(olds), torch.cat(advs)
-                mask, ent = torch.cat(masks), torch.cat(ents)
-                if offset is not None:
-                    adv = offset(adv)
-                pg_loss, stats = ppo_policy_loss(
-                    logp,
-                    old,
-                    adv,
-                    clip_low=cfg.clip_low,
-                    clip_high=cfg.clip_high,
-                    dual_clip=cfg.dual_clip,
-                    mask=mask,
-                )
-                entropy = masked_mean(ent, mask)
-                loss = pg_loss - ent_coef * entropy + extra
-                if offset is not None:
-                    loss = loss + offset.loss(torch.cat(advs), mask)
+                    for i, t in enumerate(types)
+                ]
+                parts = _results(jobs)
+                pg_loss = -sum(p["surr_sum"] for p in parts) / count
+                entropy = sum(p["ent_sum"] for p in parts) / count
                 for name, value in (("loss/policy", pg_loss), ("entropy", entropy)):
                     if not torch.isfinite(value):
                         raise NonFiniteError(name)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                masks = [p["mask"] for p in parts]
+                mask = torch.cat(masks) if self.recurrent else None  # None: every sample counts
+                if offset is not None:
+                    offset.loss(torch.cat([p["adv"] for p in parts]), mask).backward()
+                stats = ppo_stats(
+                    torch.cat([p["logp"] for p in parts]),
+                    torch.cat([p["old"] for p in parts]),
+                    None if cfg.dual_clip is None else torch.cat([p["dual"] for p in parts]),
+                    clip_low=cfg.clip_low,
+                    clip_high=cfg.clip_high,
+                    mask=mask,
+                )
                 grad_norm = _step(self.optimizer, self.params, cfg.max_grad_norm, self.ctx)
                 if not math.isfinite(grad_norm):
                     raise NonFiniteError("grad_norm (policy)")
                 n_steps += 1
                 for key, value in (
-                    ("loss/policy", float(pg_loss.detach())),
-                    ("entropy", float(entropy.detach())),
+                    ("loss/policy", float(pg_loss)),
+                    ("entropy", float(entropy)),
                     ("grad_norm", grad_norm),
                     *((k, float(v)) for k, v in stats.items()),
                 ):
@@ -238,6 +230,113 @@ class ActorUpdater:
         out = {k: v / max(n_steps, 1) for k, v in sums.items()}
         out["loss/entropy"] = -ent_coef * out.get("entropy", 0.0)
         return out
+
+    def _type_backward(
+        self,
+        t: Any,
+        units: dict[str, Any],
+        idx: Tensor,
+        count: Tensor,
+        ent_coef: float,
+        extra_loss,
+        offset: OptimismOffset | None,
+    ) -> dict[str, Tensor]:
+        """Forward and backward of one agent type's share of the minibatch ``idx``.
+
+        Its loss is ``-(sum of surrogates + ent_coef * sum of entropies) / count`` plus the
+        optional extra term, so the types' losses add up to the joint minibatch loss. Returns
+        the detached pieces the caller combines (sums, log-probs, advantages, masks).
+        """
+        cfg = self.cfg
+        d = units["types"][t.name]
+        actor = self.policy.actors[t.name]
+        if self.recurrent:
+            n = d["n_agents"]
+            rows = (idx[:, None] * n + torch.arange(n)[None, :]).reshape(-1)
+            state = tuple(_take(s, rows) for s in d["state"])
+            dist = actor.sequence(
+                _take(d["obs"], idx), _take(d["mask"], idx), state, _take(units["resets"], idx)
+            )
+            mask = _take(units["loss_mask"], idx)[..., None].expand(-1, -1, n).reshape(-1)
+        else:
+            # inputs (observation + agent one-hot) were built once per update
+            dist = actor.sequence_from_inputs(_take(d["inputs"], idx), _take(d["mask"], idx))
+            mask = None
+        logp_seq = dist.log_prob(_take(d["actions"], idx))
+        logp = logp_seq.reshape(-1)
+        old = _take(d["logp"], idx).reshape(-1)
+        adv = _take(d["adv"], idx).reshape(-1)
+        surr, dual = ppo_surrogate(
+            logp,
+            old,
+            adv if offset is None else offset(adv),
+            clip_low=cfg.clip_low,
+            clip_high=cfg.clip_high,
+            dual_clip=cfg.dual_clip,
+        )
+        ent = dist.entropy().reshape(-1)
+        if mask is not None:
+            m = mask.to(surr.dtype)
+            surr, ent = surr * m, ent * m
+        surr_sum, ent_sum = surr.sum(), ent.sum()
+        loss = -(surr_sum + ent_coef * ent_sum) / count
+        if extra_loss is not None:
+            loss = loss + extra_loss(t.name, idx, logp_seq, dist)
+        loss.backward()
+        return {
+            "surr_sum": surr_sum.detach(),
+            "ent_sum": ent_sum.detach(),
+            "logp": logp.detach(),
+            "old": old,
+            "adv": adv,
+            "dual": dual,
+            "mask": mask,
+        }
+
+
+def _results(jobs: list[_Job]) -> list[Any]:
+    """Every job's result in order; all are joined even when one fails (then re-raised)."""
+    out, error = [], None
+    for job in jobs:
+        try:
+            out.append(job.result())
+        except BaseException as exc:  # noqa: BLE001 - re-raised once every job is joined
+            error = error or exc
+    if error is not None:
+        raise error
+    return out
+
+
+class _Job:
+    """``fn(*args)`` run now in a background thread (``threaded``) or at :meth:`result`.
+
+    :meth:`result` returns the value, re-raising the function's exception in the caller.
+    torch operations release the GIL, so a threaded job computes on a second core.
+    """
+
+    def __init__(self, fn, *args, threaded: bool) -> None:
+        self._fn, self._args = fn, args
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = None
+        if threaded:
+            self._thread = threading.Thread(target=self._run, name="mappo-critic", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn(*self._args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller in result()
+            self._error = exc
+
+    def result(self) -> Any:
+        if self._thread is None:
+            self._run()
+        else:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def _take(x: Tensor, idx: Tensor) -> Tensor:
@@ -459,14 +558,26 @@ class MAPPO:
         ent_coef = linear_schedule(cfg.ent_coef, cfg.ent_coef_final, progress)
         lr_scale = 1.0 - progress if cfg.lr_schedule == "linear" else 1.0
         lr = cfg.lr * max(lr_scale, 0.0)
-        metrics.update(
-            self.actor.update(batch, per_type, ent_coef=ent_coef, lr=lr, offset=self.offset)
-        )
+        # The policy and the critic share nothing during their epochs (separate parameters,
+        # optimisers and inputs), so the critic's can run on a second core. Its minibatch order
+        # is drawn here, before either starts, so the results do not depend on the threading.
+        perms = [
+            torch.randperm(batch.num_steps * batch.num_envs)
+            for _ in range(cfg.resolved_value_epochs)
+        ]
+        parallel = cfg.parallel_update and not getattr(self.ctx, "enabled", False)
+        critic_job = _Job(self.update_critic, batch, info, lr_scale, perms, threaded=parallel)
+        try:
+            metrics.update(
+                self.actor.update(batch, per_type, ent_coef=ent_coef, lr=lr, offset=self.offset)
+            )
+        finally:
+            critic_metrics = critic_job.result()  # joins the thread, re-raises its error
         metrics["lr"] = lr
         metrics["ent_coef"] = ent_coef
         if self.offset is not None:
             metrics["optimism_offset"] = self.offset.b.item()
-        metrics.update(self.update_critic(batch, info, lr_scale))
+        metrics.update(critic_metrics)
         # episode statistics
         if batch.episodes:
             for key in batch.episodes[0]:
@@ -474,7 +585,11 @@ class MAPPO:
         metrics["episodes"] = float(len(batch.episodes))
         return metrics
 
-    def update_critic(self, batch: RolloutBatch, info: dict, lr_scale: float) -> dict[str, float]:
+    def update_critic(
+        self, batch: RolloutBatch, info: dict, lr_scale: float, perms: list[Tensor]
+    ) -> dict[str, float]:
+        """ValueNorm update, then one value epoch per permutation in ``perms`` (each a
+        permutation of the ``T * E`` states)."""
         cfg = self.cfg
         T, E, N = batch.num_steps, batch.num_envs, self.layout.n_agents
         ret_team, ret_ind = info["returns"]
@@ -498,8 +613,7 @@ class MAPPO:
         mb = max(1, math.ceil(n / cfg.num_minibatches))
         total, gnorm, steps = 0.0, 0.0, 0
         params = list(self.critic.parameters())
-        for _ in range(cfg.resolved_value_epochs):
-            perm = torch.randperm(n)
+        for perm in perms:
             for start in range(0, n, mb):
                 idx = perm[start : start + mb]
                 p_team, p_ind = self.critic(_take(states, idx))

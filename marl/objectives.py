@@ -16,6 +16,8 @@ __all__ = [
     "NonFiniteError",
     "masked_mean",
     "ppo_policy_loss",
+    "ppo_surrogate",
+    "ppo_stats",
     "value_loss",
     "explained_variance",
     "ValueNorm",
@@ -40,6 +42,77 @@ def masked_mean(x: Tensor, mask: Tensor | None = None) -> Tensor:
     return (x * m).sum() / m.sum().clamp_min(1.0)
 
 
+def _check_ppo_args(clip_low: float, clip_high: float, dual_clip: float | None) -> None:
+    if not 0.0 < clip_low < 1.0:
+        raise ValueError(f"clip_low must be in (0, 1), got {clip_low}")
+    if clip_high <= 0.0:
+        raise ValueError(f"clip_high must be > 0, got {clip_high}")
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
+
+
+def ppo_surrogate(
+    logp: Tensor,
+    logp_old: Tensor,
+    advantages: Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: float | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """Per-sample clipped surrogate ``s`` (to maximise) and the dual-clip indicator.
+
+    ``ratio = exp(logp - logp_old)`` is clipped to ``[1 - clip_low, 1 + clip_high]``;
+    ``s = min(ratio * A, clip(ratio) * A)``; with ``dual_clip = c`` (> 1) the surrogate of
+    samples with ``A < 0`` is bounded below: ``s = max(s, c * A)`` (Ye et al. 2020).
+    Returns ``(s [...], dual_active [...] bool or None)``, ``dual_active`` marking the samples
+    where the dual bound is active.
+    """
+    _check_ppo_args(clip_low, clip_high, dual_clip)
+    if not (logp.shape == logp_old.shape == advantages.shape):
+        raise ValueError(
+            f"shapes differ: logp {tuple(logp.shape)}, logp_old {tuple(logp_old.shape)}, "
+            f"advantages {tuple(advantages.shape)}"
+        )
+    ratio = (logp - logp_old).exp()
+    surr1 = ratio * advantages
+    surr2 = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * advantages
+    surr = torch.min(surr1, surr2)
+    if dual_clip is None:
+        return surr, None
+    neg = advantages < 0
+    bound = dual_clip * advantages
+    active = neg & (surr < bound)
+    return torch.where(neg, torch.max(surr, bound), surr), active.detach()
+
+
+@torch.no_grad()
+def ppo_stats(
+    logp: Tensor,
+    logp_old: Tensor,
+    dual_active: Tensor | None,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    mask: Tensor | None = None,
+) -> dict[str, Tensor]:
+    """Diagnostics of a clipped update (detached scalars): ``clip_frac_low`` (fraction with
+    ratio < 1 - clip_low), ``clip_frac_high`` (ratio > 1 + clip_high), ``dual_clip_frac``
+    (fraction where the dual bound is active; 0 without dual clip), ``approx_kl`` (the k3
+    estimator of KL(old || new): ``mean(ratio - 1 - log ratio)``)."""
+    ratio = (logp - logp_old).exp()
+    return {
+        "clip_frac_low": masked_mean((ratio < 1.0 - clip_low).float(), mask),
+        "clip_frac_high": masked_mean((ratio > 1.0 + clip_high).float(), mask),
+        "dual_clip_frac": (
+            torch.zeros((), device=logp.device)
+            if dual_active is None
+            else masked_mean(dual_active.float(), mask)
+        ),
+        "approx_kl": masked_mean(kl_k3(logp_old, logp), mask),
+    }
+
+
 def ppo_policy_loss(
     logp: Tensor,
     logp_old: Tensor,
@@ -50,47 +123,20 @@ def ppo_policy_loss(
     dual_clip: float | None = None,
     mask: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped surrogate loss (to minimise) and diagnostics.
-
-    ``ratio = exp(logp - logp_old)`` is clipped to ``[1 - clip_low, 1 + clip_high]``;
-    surrogate ``s = min(ratio * A, clip(ratio) * A)``; with ``dual_clip = c`` (> 1) the
-    surrogate of samples with ``A < 0`` is bounded below: ``s = max(s, c * A)`` (Ye et al. 2020).
-    Loss ``= -mean(s)``.
-
-    Diagnostics (detached scalars): ``clip_frac_low`` (fraction with ratio < 1 - clip_low),
-    ``clip_frac_high`` (ratio > 1 + clip_high), ``dual_clip_frac``, ``approx_kl`` (the k3
-    estimator of KL(old || new): ``mean(ratio - 1 - log ratio)``).
-    """
-    if not 0.0 < clip_low < 1.0:
-        raise ValueError(f"clip_low must be in (0, 1), got {clip_low}")
-    if clip_high <= 0.0:
-        raise ValueError(f"clip_high must be > 0, got {clip_high}")
-    if dual_clip is not None and dual_clip <= 1.0:
-        raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
-    if not (logp.shape == logp_old.shape == advantages.shape):
-        raise ValueError(
-            f"shapes differ: logp {tuple(logp.shape)}, logp_old {tuple(logp_old.shape)}, "
-            f"advantages {tuple(advantages.shape)}"
-        )
-    log_ratio = logp - logp_old
-    ratio = log_ratio.exp()
-    surr1 = ratio * advantages
-    surr2 = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * advantages
-    surr = torch.min(surr1, surr2)
-    dual_frac = torch.zeros((), device=logp.device)
-    if dual_clip is not None:
-        neg = advantages < 0
-        bounded = torch.max(surr, dual_clip * advantages)
-        dual_frac = masked_mean((neg & (surr < dual_clip * advantages)).float(), mask).detach()
-        surr = torch.where(neg, bounded, surr)
+    """Clipped surrogate loss ``-mean(s)`` (to minimise; ``s`` from :func:`ppo_surrogate`)
+    and the diagnostics of :func:`ppo_stats`."""
+    surr, dual_active = ppo_surrogate(
+        logp, logp_old, advantages, clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip
+    )
     loss = -masked_mean(surr, mask)
-    with torch.no_grad():
-        stats = {
-            "clip_frac_low": masked_mean((ratio < 1.0 - clip_low).float(), mask),
-            "clip_frac_high": masked_mean((ratio > 1.0 + clip_high).float(), mask),
-            "dual_clip_frac": dual_frac,
-            "approx_kl": masked_mean(kl_k3(logp_old.detach(), logp.detach()), mask),
-        }
+    stats = ppo_stats(
+        logp.detach(),
+        logp_old.detach(),
+        dual_active,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        mask=mask,
+    )
     return loss, stats
 
 

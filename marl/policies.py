@@ -130,8 +130,10 @@ class MaskedCategorical:
     def sample(self, generator: torch.Generator | None = None) -> Tensor:
         """Gumbel-max sample, ``[...]`` long."""
         u = torch.rand(self.logits.shape, generator=generator, device=self.logits.device)
-        gumbel = -torch.log(-torch.log(u.clamp_(1e-20, 1.0 - 1e-7)))
-        return (self.log_probs + gumbel).argmax(dim=-1)
+        # log_probs + Gumbel noise, the noise -log(-log u) built in place: log(-log u) is
+        # subtracted (exactly the same values as adding its negation)
+        neg_gumbel = u.clamp_(1e-20, 1.0 - 1e-7).log_().neg_().log_()
+        return (self.log_probs - neg_gumbel).argmax(dim=-1)
 
     def mode(self) -> Tensor:
         return self.log_probs.argmax(dim=-1)
@@ -172,8 +174,9 @@ class TypeActor(nn.Module):
         """State for ``num_envs * n_agents`` rows (env-major, agent-minor)."""
         return tuple(self.backbone.initial_state(num_envs * self.n_agents))
 
-    def _inputs(self, obs: Tensor) -> Tensor:
-        # obs: [..., n_k, D] -> [..., n_k, D + n_k]
+    def inputs(self, obs: Tensor) -> Tensor:
+        """Backbone inputs: ``obs[..., n_k, D]`` -> ``[..., n_k, D + n_k]`` (agent one-hot
+        appended)."""
         onehot = self.agent_onehot.to(obs.dtype).expand(*obs.shape[:-1], self.n_agents)
         return torch.cat([obs, onehot], dim=-1)
 
@@ -185,7 +188,7 @@ class TypeActor(nn.Module):
         obs ``[E, n_k, D]``, mask ``[E, n_k, A]``, reset ``[E]`` -> dist over ``[E, n_k]``.
         """
         E = obs.shape[0]
-        x = self._inputs(obs).reshape(E * self.n_agents, -1)
+        x = self.inputs(obs).reshape(E * self.n_agents, -1)
         r = None if reset is None else reset.repeat_interleave(self.n_agents)
         y, state = self.backbone.step(x, state, r)
         logits = self.head(y).reshape(E, self.n_agents, self.n_actions)
@@ -201,13 +204,23 @@ class TypeActor(nn.Module):
         """Windows. obs ``[B, L, n_k, D]``, mask ``[B, L, n_k, A]``, resets ``[B, L]``,
         state for ``B * n_k`` rows (env-major) -> dist over ``[B, L, n_k]``."""
         B, L = obs.shape[:2]
-        x = self._inputs(obs).permute(0, 2, 1, 3).reshape(B * self.n_agents, L, -1)
+        x = self.inputs(obs).permute(0, 2, 1, 3).reshape(B * self.n_agents, L, -1)
         r = None if resets is None else resets.repeat_interleave(self.n_agents, dim=0)
         if self.is_recurrent:
             y, _ = self.backbone(x, state, r)
         else:
             y, _ = self.backbone(x, None, None)
         logits = self.head(y).reshape(B, self.n_agents, L, self.n_actions).permute(0, 2, 1, 3)
+        return MaskedCategorical(logits, mask)
+
+    def sequence_from_inputs(self, inputs: Tensor, mask: Tensor) -> MaskedCategorical:
+        """Feed-forward backbones only: prepared :meth:`inputs` ``[..., n_k, D + n_k]`` and
+        mask ``[..., n_k, A]`` -> dist over ``[..., n_k]`` (no state, no resets)."""
+        if self.is_recurrent:
+            raise ValueError("sequence_from_inputs is for feed-forward backbones; use sequence")
+        lead = inputs.shape[:-1]
+        y, _ = self.backbone(inputs.reshape(1, -1, inputs.shape[-1]), None, None)
+        logits = self.head(y).reshape(*lead, self.n_actions)
         return MaskedCategorical(logits, mask)
 
 

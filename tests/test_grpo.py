@@ -497,3 +497,21 @@ def test_grpo_iteration_on_cuda():
     m = algo.iteration(0.0)
     assert all(p.is_cuda for p in algo.policy.parameters())
     assert math.isfinite(m["loss/policy"]) and m["kl_ref"] == pytest.approx(0.0, abs=1e-5)
+
+
+def test_grpo_parallel_types_match_sequential_update():
+    """Each agent type's actor forward/backward in its own thread gives bit-identical
+    parameters and metrics to running the types one after another (KL term and offset on)."""
+    runs = []
+    for parallel in (False, True):
+        torch.manual_seed(0)
+        algo = grpo.GRPO(
+            _tiny_cfg(kl_beta=0.1, optimism_offset=0.5, parallel_update=parallel), None
+        )
+        metrics = [algo.iteration(0.0) for _ in range(2)]
+        runs.append((algo, metrics))
+    (seq, m_seq), (par, m_par) = runs
+    for a, b in zip(seq.policy.parameters(), par.policy.parameters(), strict=True):
+        assert torch.equal(a, b)
+    for key in ("loss/policy", "entropy", "grad_norm", "approx_kl", "optimism_offset"):
+        assert [m[key] for m in m_seq] == [m[key] for m in m_par]

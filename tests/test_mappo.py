@@ -271,3 +271,38 @@ def test_calibration_switches_run_together():
     assert m2["penalty_beta"] == pytest.approx(max(0.1, 0.5 * 0.5))
     assert m1["optimism_offset"] != 0.5  # b is trained
     assert algo.critic.team_head.out_features == 3
+
+
+def _critic_job_error(self, *args):
+    raise FloatingPointError("boom in the critic thread")
+
+
+@pytest.mark.parametrize("backbone", ["mlp", "gru"])
+def test_parallel_update_matches_sequential_update(backbone):
+    """The critic's epochs in a second thread give bit-identical parameters and metrics to
+    running them after the policy's (the threading changes speed only)."""
+    results = []
+    for parallel in (False, True):
+        torch.manual_seed(0)
+        algo = MAPPO(_cfg(backbone=backbone, seq_len=4, parallel_update=parallel, seed=1), None)
+        metrics = [algo.iteration(0.0) for _ in range(2)]
+        results.append((algo, metrics))
+    (seq, m_seq), (par, m_par) = results
+    for a, b in zip(
+        seq.policy.state_dict().values(), par.policy.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b)
+    for a, b in zip(
+        seq.critic.state_dict().values(), par.critic.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b)
+    for key in ("loss/value", "loss/policy", "explained_variance", "value_grad_norm"):
+        assert [m[key] for m in m_seq] == [m[key] for m in m_par]
+
+
+def test_parallel_update_error_reaches_the_caller(monkeypatch):
+    torch.manual_seed(0)
+    algo = MAPPO(_cfg(parallel_update=True), None)
+    monkeypatch.setattr(MAPPO, "update_critic", _critic_job_error)
+    with pytest.raises(FloatingPointError, match="critic thread"):
+        algo.iteration(0.0)
