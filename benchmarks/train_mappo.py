@@ -5,8 +5,10 @@ Throughput (one process, same run): agent-steps per second of
 - ``env``: the vector env stepped with uniformly random *allowed* actions (the ceiling),
 - ``rollout``: :class:`marl.rollout.RolloutCollector` with the MAPPO actors and critic,
 - ``train``: full MAPPO iterations (rollout + advantages + policy and value updates),
+- ``train-seq``: the same with ``--parallel-update false`` (the update's independent parts one
+  after another instead of in threads; identical results), alternating with ``train``,
 
-printed with the ratios train/env and train/rollout::
+printed with the ratios train/env, train/rollout and parallel/sequential::
 
     python benchmarks/train_mappo.py throughput [--updates 8] [--num-envs 64] [--threads 1]
 
@@ -81,14 +83,23 @@ def throughput(args: argparse.Namespace) -> None:
     for _ in range(args.updates):
         algo.collector.collect(cfg.rollout_steps, value_fn=algo._values)
     roll_sps = steps * cfg.num_envs * n_agents / (time.perf_counter() - t)
-    t = time.perf_counter()
+    # full iterations, alternating the parallel update (critic epochs and each agent type's
+    # actor in threads, the default) with the sequential one (same maths) as the same-run peer
+    modes = (True, False) if cfg.parallel_update else (False,)
+    elapsed = dict.fromkeys(modes, 0.0)
     parts = {"collect": 0.0, "update": 0.0}
     for i in range(args.updates):
-        m = algo.iteration(i / args.updates)
-        parts["collect"] += m["time/collect_s"]
-        parts["update"] += m["time/update_s"]
-    dt = time.perf_counter() - t
+        for parallel in modes:
+            algo.parallel = algo.actor.parallel = parallel
+            t = time.perf_counter()
+            m = algo.iteration(i / args.updates)
+            elapsed[parallel] += time.perf_counter() - t
+            if parallel == modes[0]:
+                parts["collect"] += m["time/collect_s"]
+                parts["update"] += m["time/update_s"]
+    dt = elapsed[modes[0]]
     train_sps = steps * cfg.num_envs * n_agents / dt
+    seq_sps = steps * cfg.num_envs * n_agents / elapsed[False]
     print(
         f"config: E={cfg.num_envs} T={cfg.rollout_steps} agents={n_agents} "
         f"backbone={cfg.backbone} epochs={cfg.epochs} minibatches={cfg.num_minibatches} "
@@ -97,11 +108,16 @@ def throughput(args: argparse.Namespace) -> None:
     print(f"{'measure':<10}{'agent-steps/s':>16}")
     print(f"{'env':<10}{env_sps:>16,.0f}")
     print(f"{'rollout':<10}{roll_sps:>16,.0f}")
-    print(f"{'train':<10}{train_sps:>16,.0f}")
+    if cfg.parallel_update:
+        print(f"{'train':<10}{train_sps:>16,.0f}   (parallel update, the default)")
+        print(f"{'train-seq':<10}{seq_sps:>16,.0f}   (--parallel-update false)")
+    else:
+        print(f"{'train':<10}{train_sps:>16,.0f}")
     print(
         f"ratio train/env = {train_sps / env_sps:.3f}, train/rollout = "
         f"{train_sps / roll_sps:.3f}; time split collect {parts['collect'] / dt:.0%}, "
         f"update {parts['update'] / dt:.0%}"
+        + (f"; parallel/sequential = {train_sps / seq_sps:.2f}x" if cfg.parallel_update else "")
     )
 
 

@@ -369,6 +369,7 @@ class MAPPO:
     def __init__(self, cfg: TrainConfig, ctx: Any, device: torch.device | str = "cpu") -> None:
         self.cfg, self.ctx = cfg, ctx
         self.device = torch.device(device)
+        self.parallel = bool(cfg.parallel_update)
         self.vec = make_vector_env(cfg.env_fn, cfg.num_envs, cfg.env)
         self.layout = AgentLayout.from_env(self.vec)
         self.policy = MultiAgentPolicy(self.layout, cfg.backbone, cfg.hidden_dim).to(self.device)
@@ -565,7 +566,7 @@ class MAPPO:
             torch.randperm(batch.num_steps * batch.num_envs)
             for _ in range(cfg.resolved_value_epochs)
         ]
-        parallel = cfg.parallel_update and not getattr(self.ctx, "enabled", False)
+        parallel = self.parallel and not getattr(self.ctx, "enabled", False)
         critic_job = _Job(self.update_critic, batch, info, lr_scale, perms, threaded=parallel)
         try:
             metrics.update(
