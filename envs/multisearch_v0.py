@@ -609,6 +609,18 @@ class MultiSearchVectorEnv(_SpacesAndLimits):
     def _validate(self, actions: Mapping[str, Any]) -> np.ndarray:
         _check_action_keys(actions, self.possible_agents)
         n = self.num_envs
+        try:
+            # fast path: every agent's actions are integer arrays of shape (n,) in range
+            rows = np.stack([actions[a] for a in self.possible_agents], axis=1)
+            if (
+                rows.shape == (n, len(self.possible_agents))
+                and rows.dtype.kind in "iu"
+                and (rows >= 0).all()
+                and (rows < self._n_actions).all()
+            ):
+                return rows.astype(np.int64, copy=False)
+        except (ValueError, TypeError):
+            pass  # ragged or non-numeric input: the per-agent checks below say what is wrong
         rows = np.empty((n, len(self.possible_agents)), dtype=np.int64)
         for index, agent in enumerate(self.possible_agents):
             n_actions = int(self._n_actions[index])

@@ -105,8 +105,9 @@ class MaskedCategorical:
     """Categorical over ``logits[..., A]`` restricted to ``mask[..., A]`` (True = allowed).
 
     Masked logits are set to :data:`MASK_LOGIT` (finite), so a masked action has probability
-    exactly 0 in float32 and entropies/log-probs stay finite. A row with no allowed action
-    falls back to the uniform distribution over all actions instead of producing NaN.
+    exactly 0 in float32 and entropies/log-probs stay finite. A row with no allowed action has
+    all its logits equal to :data:`MASK_LOGIT`, i.e. the uniform distribution over all actions
+    (instead of NaN).
     """
 
     def __init__(self, logits: Tensor, mask: Tensor | None = None) -> None:
@@ -116,8 +117,6 @@ class MaskedCategorical:
                     f"mask shape {tuple(mask.shape)} != logits shape {tuple(logits.shape)}"
                 )
             mask = mask.bool()
-            none_allowed = ~mask.any(dim=-1, keepdim=True)
-            mask = mask | none_allowed
             logits = logits.masked_fill(~mask, MASK_LOGIT)
         self.logits = logits
         self.log_probs = torch.log_softmax(logits, dim=-1)

@@ -160,9 +160,10 @@ def reward_channels(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(team ``[E]`` (mean over agents), individual ``[E, N]``, penalty ``[E, N]``) from infos."""
     try:
-        team = np.stack([np.asarray(infos[a]["reward_team"], np.float64) for a in agents], 1)
-        ind = np.stack([np.asarray(infos[a]["reward_individual"], np.float64) for a in agents], 1)
-        pen = np.stack([np.asarray(infos[a]["reward_penalty"], np.float64) for a in agents], 1)
+        team, ind, pen = (
+            np.stack([infos[a][key] for a in agents], 1).astype(np.float64, copy=False)
+            for key in ("reward_team", "reward_individual", "reward_penalty")
+        )
     except KeyError as exc:
         raise ValueError(
             f"the env's infos lack the reward channel {exc.args[0]!r} required by the trainer "

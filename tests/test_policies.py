@@ -34,7 +34,8 @@ def test_masked_categorical_all_masked_row_is_finite_uniform():
     d = MaskedCategorical(
         torch.randn(2, 4), torch.tensor([[False] * 4, [True, False, True, False]])
     )
-    np.testing.assert_allclose(d.probs[0].sum().item(), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(d.probs[0].numpy(), np.full(4, 0.25), rtol=1e-6)
+    np.testing.assert_allclose(d.entropy()[0].item(), np.log(4.0), rtol=1e-6)
     assert torch.isfinite(d.entropy()).all()
     with pytest.raises(ValueError, match="mask shape"):
         MaskedCategorical(torch.randn(2, 4), torch.ones(2, 3, dtype=torch.bool))
