@@ -6,7 +6,8 @@ Measures (issue 4, item 6), all peers in the same process and run so ratios are 
    expand=2): seqmodels.Mamba (numba and chunked backends), seqmodels.Mamba2 (d_state=16,
    headdim=16), mambapy's MambaBlock (pscan), torch.nn.GRU(64, 64);
 2. peak memory of one forward + backward (extra resident memory of a fresh subprocess, after a
-   warm-up call on a tiny input so numba's compilation is not counted);
+   warm-up call on a tiny input so numba's compilation is not counted; the kernel's
+   high-water mark VmHWM on Linux, reset before the call);
 3. long sequences (B=4, L=16384): seqmodels Mamba / Mamba2 and GRU forward + backward;
 4. step latency at B=1024: Mamba.step / Mamba2.step vs torch.nn.GRUCell(64, 64), early and
    late in a rollout (constant in t);
@@ -50,14 +51,8 @@ D_MODEL, D_STATE, EXPAND = 64, 16, 2
 def build(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
     """A function x [B, L, 64] -> y [B, L, 64] for the named model (fresh parameters)."""
     torch.manual_seed(0)
-    if name.startswith("mamba2"):
-        m2 = Mamba2(D_MODEL, d_state=D_STATE, expand=EXPAND, headdim=16, chunk_size=64)
-        m2.backend = name.split(":")[1] if ":" in name else "auto"
-        return lambda x: m2(x)[0]
-    if name.startswith("mamba"):
-        m = Mamba(D_MODEL, d_state=D_STATE, expand=EXPAND)
-        m.backend = name.split(":")[1] if ":" in name else "auto"
-        return lambda x: m(x)[0]
+    # (mambapy first: "mambapy".startswith("mamba") is true, so checked after the seqmodels
+    # names it would silently build a seqmodels.Mamba instead of mambapy's block)
     if name == "mambapy":
         from mambapy.mamba import MambaBlock, MambaConfig
 
@@ -66,6 +61,14 @@ def build(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
         )
         block = MambaBlock(cfg)
         return block
+    if name.startswith("mamba2"):
+        m2 = Mamba2(D_MODEL, d_state=D_STATE, expand=EXPAND, headdim=16, chunk_size=64)
+        m2.backend = name.split(":")[1] if ":" in name else "auto"
+        return lambda x: m2(x)[0]
+    if name.startswith("mamba"):
+        m = Mamba(D_MODEL, d_state=D_STATE, expand=EXPAND)
+        m.backend = name.split(":")[1] if ":" in name else "auto"
+        return lambda x: m(x)[0]
     if name == "gru":
         gru = nn.GRU(D_MODEL, D_MODEL, batch_first=True)
         return lambda x: gru(x)[0]
@@ -108,8 +111,30 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's resident-set high-water mark (VmHWM); False where unsupported."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def _mem_child(name: str, batch: int, length: int) -> None:
-    """Print the peak of (current RSS - RSS before) during one fwd+bwd, sampled every ~1 ms."""
+    """Print the peak of (RSS - RSS before) during one fwd+bwd.
+
+    Linux: the kernel's high-water mark (VmHWM), reset just before the call, so no peak is
+    missed. Elsewhere: RSS sampled every ~1 ms by a thread (which cannot run while a kernel
+    holds the GIL, so it may miss short peaks)."""
     import gc
     import threading
 
@@ -118,6 +143,10 @@ def _mem_child(name: str, batch: int, length: int) -> None:
     fwd_bwd(model, torch.randn(2, 16, D_MODEL, requires_grad=True))  # compile/cache load
     gc.collect()
     base = _rss_mb()
+    if _reset_peak_rss():
+        fwd_bwd(model, x)
+        print(_peak_rss_mb() - base)
+        return
     peak = [base]
     done = threading.Event()
 

@@ -144,6 +144,45 @@ def _fexp_impl(x):
     return None
 
 
+def fsoftplus(x):
+    """softplus(x) = log(1 + exp(x)) for float32/float64 scalars inside the kernels: float64
+    as torch computes it (log1p(exp(x)), x itself above 20); float32 vectorisable:
+    max(x, 0) + log1p(e), e = exp(-|x|) in (0, 1], log1p(e) = 2 atanh(s), s = e / (2 + e) <= 1/3,
+    by its odd series to s^13 (relative error < 2e-8)."""
+    return math.log1p(math.exp(x))
+
+
+_T20_32 = _F32(20.0)
+_ZERO_32, _TWO_32 = _F32(0.0), _F32(2.0)
+_S3, _S5, _S7, _S9, _S11, _S13 = (_F32(1.0 / k) for k in (3, 5, 7, 9, 11, 13))
+
+
+@overload(fsoftplus, inline="always")
+def _fsoftplus_impl(x):
+    if x == types.float32:
+
+        def impl32(x):
+            e = fexp(-abs(x))
+            s = e / (_TWO_32 + e)
+            s2 = s * s
+            p = _S13 * s2 + _S11
+            p = p * s2 + _S9
+            p = p * s2 + _S7
+            p = p * s2 + _S5
+            p = p * s2 + _S3
+            p = p * s2 + _ONE_32
+            return max(x, _ZERO_32) + _TWO_32 * s * p
+
+        return impl32
+    if x == types.float64:
+
+        def impl64(x):
+            return x if x > 20.0 else math.log1p(math.exp(x))
+
+        return impl64
+    return None
+
+
 @numba.njit(parallel=True, cache=True, fastmath=_FM)
 def mamba_fwd_t(u, delta, At, Bm, Cm, keep, h0, every):
     """Mamba forward with the state laid out [N, D] (channels innermost, vectorised).
@@ -276,78 +315,102 @@ def mamba_bwd_t(u, delta, At, Bm, Cm, keep, ckpt, dy, dh_last, every):
     return du, ddelta, dA, dB, dC, dh0
 
 
-@numba.njit(parallel=True, cache=True, fastmath=_FM)
-def ssd_fwd_t(x, dt, A, Bm, Cm, keep, h0, every):
-    """Mamba2 (SSD) forward with the state laid out [H, N, P] (head channels innermost).
+# The SSD kernels keep the state of group g as [N, Q] with Q = (heads per group) * headdim: the
+# channels of all heads that read the same B_t, C_t innermost, so the inner loops run over Q
+# (128 for 8 heads of 16 channels) rather than over one head's headdim (too short for the
+# vectoriser: LLVM's vector body needs >= 32 float32 iterations). Channel c = h * P + p of the
+# flat [B, L, H * P] input is entry c - g * Q of its group's rows.
 
-    x [B, L, H, P]; dt [B, L, H]; A [H]; Bm, Cm [B, L, G, N]; keep [B, L]; h0 [B, H, N, P].
-    Returns y [B, L, H, P], h_last [B, H, N, P], checkpoints [B, ceil(L / every), H, N, P].
+
+@numba.njit(parallel=True, cache=True, fastmath=_FM)
+def ssd_fwd_t(x, dt, A, Dq, Bm, Cm, keep, h0, every):
+    """Mamba2 (SSD) forward, D skip included.
+
+    x [B, L, C] (C = H * P, head h owns channels h * P .. h * P + P - 1); dt [B, L, H]; A [H];
+    Dq [C] (the skip D per channel); Bm, Cm [B, L, G, N]; keep [B, L]; h0 [B, G, N, Q].
+    Returns y = C . h + Dq * x [B, L, C], h_last [B, G, N, Q] and checkpoints
+    [B, ceil(L / every), G, N, Q] (state before steps 0, every, ...).
     """
-    batch, length, nheads, headdim = x.shape
+    batch, length, channels = x.shape
+    nheads = dt.shape[2]
     ngroups = Bm.shape[2]
     d_state = Bm.shape[3]
-    heads_per_group = nheads // ngroups
+    headdim = channels // nheads
+    q_len = channels // ngroups
     n_ckpt = (length + every - 1) // every
-    y = np.empty((batch, length, nheads, headdim), dtype=x.dtype)
-    h_last = np.empty((batch, nheads, d_state, headdim), dtype=x.dtype)
-    ckpt = np.empty((batch, n_ckpt, nheads, d_state, headdim), dtype=x.dtype)
+    y = np.empty((batch, length, channels), dtype=x.dtype)
+    h_last = np.empty((batch, ngroups, d_state, q_len), dtype=x.dtype)
+    ckpt = np.empty((batch, n_ckpt, ngroups, d_state, q_len), dtype=x.dtype)
     for b in prange(batch):
         h = h0[b].copy()
-        dtx = np.empty(headdim, dtype=x.dtype)
-        acc = np.empty(headdim, dtype=x.dtype)
+        aq = np.empty(channels, dtype=x.dtype)
+        dtx = np.empty(channels, dtype=x.dtype)
+        acc = np.empty(channels, dtype=x.dtype)
         for t in range(length):
             if t % every == 0:
                 ckpt[b, t // every] = h
-            if keep[b, t] == 0:
-                h[:, :, :] = 0
+            k = keep[b, t]
             for hh in range(nheads):
-                g = hh // heads_per_group
                 dtv = dt[b, t, hh]
-                a = math.exp(dtv * A[hh])
-                for p in range(headdim):
-                    dtx[p] = dtv * x[b, t, hh, p]
-                    acc[p] = 0
+                a = k * math.exp(dtv * A[hh])
+                for p in range(hh * headdim, (hh + 1) * headdim):
+                    aq[p] = a
+                    dtx[p] = dtv * x[b, t, p]
+            for c in range(channels):
+                acc[c] = Dq[c] * x[b, t, c]
+            for g in range(ngroups):
+                hg = h[g]
+                ag = aq[g * q_len : (g + 1) * q_len]
+                dg = dtx[g * q_len : (g + 1) * q_len]
+                yg = acc[g * q_len : (g + 1) * q_len]
                 for n in range(d_state):
                     bn = Bm[b, t, g, n]
                     cn = Cm[b, t, g, n]
-                    for p in range(headdim):
-                        hv = a * h[hh, n, p] + dtx[p] * bn
-                        h[hh, n, p] = hv
-                        acc[p] += hv * cn
-                for p in range(headdim):
-                    y[b, t, hh, p] = acc[p]
+                    for q in range(q_len):
+                        hv = ag[q] * hg[n, q] + dg[q] * bn
+                        hg[n, q] = hv
+                        yg[q] += hv * cn
+            for c in range(channels):
+                y[b, t, c] = acc[c]
         h_last[b] = h
     return y, h_last, ckpt
 
 
 @numba.njit(parallel=True, cache=True, fastmath=_FM)
-def ssd_bwd_t(x, dt, A, Bm, Cm, keep, ckpt, dy, dh_last, every):
-    """Backward of :func:`ssd_fwd_t` (dh_last [B, H, N, P]).
+def ssd_bwd_t(x, dt, A, Dq, Bm, Cm, keep, ckpt, dy, dh_last, every):
+    """Backward of :func:`ssd_fwd_t` (layouts as there; dh_last [B, G, N, Q]).
 
-    Returns dx [B, L, H, P]; ddt [B, L, H]; dA per row [B, H]; dB, dC [B, L, G, N];
-    dh0 [B, H, N, P].
+    Returns dx [B, L, C]; ddt [B, L, H]; dA per row [B, H]; dD per row [B, C];
+    dB, dC [B, L, G, N]; dh0 [B, G, N, Q].
     """
-    batch, length, nheads, headdim = x.shape
+    batch, length, channels = x.shape
+    nheads = dt.shape[2]
     ngroups = Bm.shape[2]
     d_state = Bm.shape[3]
-    heads_per_group = nheads // ngroups
+    headdim = channels // nheads
+    q_len = channels // ngroups
     n_ckpt = ckpt.shape[1]
     dx = np.empty_like(x)
     ddt = np.empty_like(dt)
     dA = np.zeros((batch, nheads), dtype=x.dtype)
-    dB = np.zeros((batch, length, ngroups, d_state), dtype=x.dtype)
-    dC = np.zeros((batch, length, ngroups, d_state), dtype=x.dtype)
-    dh0 = np.empty((batch, nheads, d_state, headdim), dtype=x.dtype)
+    dD = np.zeros((batch, channels), dtype=x.dtype)
+    dB = np.empty((batch, length, ngroups, d_state), dtype=x.dtype)
+    dC = np.empty((batch, length, ngroups, d_state), dtype=x.dtype)
+    dh0 = np.empty((batch, ngroups, d_state, q_len), dtype=x.dtype)
     for b in prange(batch):
         gh = dh_last[b].copy()
-        hs = np.empty((every + 1, nheads, d_state, headdim), dtype=x.dtype)
-        decays = np.empty((every, nheads), dtype=x.dtype)
-        dtx = np.empty(headdim, dtype=x.dtype)
-        gy = np.empty(headdim, dtype=x.dtype)
-        dxs = np.empty(headdim, dtype=x.dtype)
-        dprev = np.empty(headdim, dtype=x.dtype)
-        prod_b = np.empty(headdim, dtype=x.dtype)
-        prod_c = np.empty(headdim, dtype=x.dtype)
+        hs = np.empty((every + 1, ngroups, d_state, q_len), dtype=x.dtype)
+        aqs = np.empty((every, channels), dtype=x.dtype)
+        dtq = np.empty(channels, dtype=x.dtype)
+        dtx = np.empty(channels, dtype=x.dtype)
+        gy = np.empty(channels, dtype=x.dtype)
+        dxs = np.empty(channels, dtype=x.dtype)
+        dprev = np.empty(channels, dtype=x.dtype)
+        prod_x = np.empty(channels, dtype=x.dtype)
+        prod_b = np.empty(q_len, dtype=x.dtype)
+        prod_c = np.empty(q_len, dtype=x.dtype)
+        dD_b = dD[b]
+        dA_b = dA[b]
         for c in range(n_ckpt - 1, -1, -1):
             start = c * every
             stop = min(length, start + every)
@@ -356,48 +419,67 @@ def ssd_bwd_t(x, dt, A, Bm, Cm, keep, ckpt, dy, dh_last, every):
                 t = start + i
                 k = keep[b, t]
                 for hh in range(nheads):
-                    g = hh // heads_per_group
                     dtv = dt[b, t, hh]
                     a = k * math.exp(dtv * A[hh])
-                    decays[i, hh] = a
-                    for p in range(headdim):
-                        dtx[p] = dtv * x[b, t, hh, p]
+                    for p in range(hh * headdim, (hh + 1) * headdim):
+                        aqs[i, p] = a
+                        dtx[p] = dtv * x[b, t, p]
+                for g in range(ngroups):
+                    ag = aqs[i, g * q_len : (g + 1) * q_len]
+                    dg = dtx[g * q_len : (g + 1) * q_len]
                     for n in range(d_state):
                         bn = Bm[b, t, g, n]
-                        for p in range(headdim):
-                            hs[i + 1, hh, n, p] = a * hs[i, hh, n, p] + dtx[p] * bn
+                        for q in range(q_len):
+                            hs[i + 1, g, n, q] = ag[q] * hs[i, g, n, q] + dg[q] * bn
             for i in range(stop - start - 1, -1, -1):
                 t = start + i
                 for hh in range(nheads):
-                    g = hh // heads_per_group
                     dtv = dt[b, t, hh]
-                    a = decays[i, hh]
-                    for p in range(headdim):
-                        gy[p] = dy[b, t, hh, p]
-                        dxs[p] = 0
-                        dprev[p] = 0
-                    d_dt_inp = x.dtype.type(0)
+                    for p in range(hh * headdim, (hh + 1) * headdim):
+                        dtq[p] = dtv
+                for c2 in range(channels):
+                    gy[c2] = dy[b, t, c2]
+                    dtx[c2] = dtq[c2] * x[b, t, c2]
+                    dxs[c2] = 0
+                    dprev[c2] = 0
+                for g in range(ngroups):
+                    lo = g * q_len
+                    hi = lo + q_len
+                    ag = aqs[i, lo:hi]
+                    gyg = gy[lo:hi]
+                    dtxg = dtx[lo:hi]
+                    dxg = dxs[lo:hi]
+                    dpg = dprev[lo:hi]
+                    ghg = gh[g]
+                    h_now = hs[i + 1, g]
+                    h_before = hs[i, g]
                     for n in range(d_state):
                         bn = Bm[b, t, g, n]
                         cn = Cm[b, t, g, n]
-                        for p in range(headdim):
-                            ghn = gh[hh, n, p] + gy[p] * cn
-                            prod_c[p] = gy[p] * hs[i + 1, hh, n, p]
-                            dprev[p] += ghn * hs[i, hh, n, p]
-                            prod_b[p] = ghn * x[b, t, hh, p]
-                            dxs[p] += ghn * bn
-                            gh[hh, n, p] = ghn * a
-                        sb = _lane_sum(prod_b)
-                        dC[b, t, g, n] += _lane_sum(prod_c)
-                        dB[b, t, g, n] += dtv * sb
-                        d_dt_inp += bn * sb
-                    for p in range(headdim):
-                        dx[b, t, hh, p] = dxs[p] * dtv
-                    d_log = _lane_sum(dprev) * a  # d loss / d (dt * A)
-                    ddt[b, t, hh] = d_log * A[hh] + d_dt_inp
-                    dA[b, hh] += d_log * dtv
+                        for q in range(q_len):
+                            gyq = gyg[q]
+                            ghn = ghg[n, q] + gyq * cn
+                            prod_c[q] = gyq * h_now[n, q]
+                            dpg[q] += ghn * h_before[n, q]
+                            prod_b[q] = ghn * dtxg[q]
+                            dxg[q] += ghn * bn
+                            ghg[n, q] = ghn * ag[q]
+                        dC[b, t, g, n] = _lane_sum(prod_c)
+                        dB[b, t, g, n] = _lane_sum(prod_b)
+                for c2 in range(channels):
+                    xv = x[b, t, c2]
+                    gyc = gy[c2]
+                    dD_b[c2] += gyc * xv
+                    dx[b, t, c2] = dxs[c2] * dtq[c2] + Dq[c2] * gyc
+                    prod_x[c2] = xv * dxs[c2]
+                for hh in range(nheads):
+                    lo = hh * headdim
+                    hi = lo + headdim
+                    d_log = _lane_sum(dprev[lo:hi]) * aqs[i, lo]  # d loss / d (dt * A)
+                    ddt[b, t, hh] = d_log * A[hh] + _lane_sum(prod_x[lo:hi])
+                    dA_b[hh] += d_log * dtq[lo]
         dh0[b] = gh
-    return dx, ddt, dA, dB, dC, dh0
+    return dx, ddt, dA, dD, dB, dC, dh0
 
 
 @numba.njit(parallel=True, cache=True, fastmath=_FM)
@@ -478,27 +560,458 @@ def conv_step_silu(conv_state, x, w, bias):
 
 
 @numba.njit(parallel=True, cache=True, fastmath=_FM)
-def mamba_step_gated(h, dt, xs, z, A, Dv, Bm, Cm):
-    """One fused Mamba step (rollouts, no autograd): state update, D skip and SiLU gate.
+def mamba_step_gated(h, dt, dt_bias, softplus, xs, z, A, Dv, Bm, Cm):
+    """One fused Mamba step (rollouts, no autograd): step size, state update, D skip and gate.
 
-    h [B, D, N] (mamba-ssm layout); dt (after softplus), xs, z [B, D]; Dv [D]; A [D, N];
-    Bm, Cm [B, N]. Returns new h [B, D, N] and y = (C . h + D * xs) * silu(z) [B, D].
+    h [B, D, N] (mamba-ssm layout); dt, xs, z [B, D]; dt_bias, Dv [D]; A [D, N]; Bm, Cm
+    [B, N]. The step size is softplus(dt + dt_bias) when softplus, else dt + dt_bias.
+    Returns new h [B, D, N] and y = (C . h + D * xs) * silu(z) [B, D].
+
+    The exp of the state update runs in one flat loop over the D * N entries of a row (a loop
+    over N alone, 16 long, is too short for the vectoriser).
     """
     batch, d_inner, d_state = h.shape
+    size = d_inner * d_state
+    one = h.dtype.type(1)
     h_new = np.empty_like(h)
     y = np.empty((batch, d_inner), dtype=h.dtype)
     for b in prange(batch):
-        prod = np.empty(d_state, dtype=h.dtype)
+        step = np.empty(d_inner, dtype=h.dtype)
+        arg = np.empty(size, dtype=h.dtype)
+        inp = np.empty(size, dtype=h.dtype)
         for d in range(d_inner):
-            dtv = dt[b, d]
-            xv = xs[b, d]
-            dtx = dtv * xv
+            v = dt[b, d] + dt_bias[d]
+            step[d] = fsoftplus(v) if softplus else v
+        for d in range(d_inner):
+            dtv = step[d]
+            dtx = dtv * xs[b, d]
             for n in range(d_state):
-                hv = fexp(dtv * A[d, n]) * h[b, d, n] + dtx * Bm[b, n]
-                h_new[b, d, n] = hv
-                prod[n] = hv * Cm[b, n]
-            y[b, d] = _lane_sum(prod) + Dv[d] * xv
+                arg[d * d_state + n] = dtv * A[d, n]
+                inp[d * d_state + n] = dtx * Bm[b, n]
+        h_row = h[b].reshape(size)
+        new_row = h_new[b].reshape(size)
+        for j in range(size):
+            new_row[j] = fexp(arg[j]) * h_row[j] + inp[j]
+        hn = h_new[b]
+        for d in range(d_inner):
+            acc = Dv[d] * xs[b, d]
+            for n in range(d_state):
+                acc += hn[d, n] * Cm[b, n]
+            step[d] = acc
         for d in range(d_inner):  # the gate in its own loop, which vectorises
             zv = z[b, d]
-            y[b, d] *= zv / (1 + fexp(-zv))
+            y[b, d] = step[d] * (zv / (one + fexp(-zv)))
     return h_new, y
+
+
+# --- depthwise causal conv + SiLU over sequences, [B, L, C] layout -------------------------
+# Input channel c of row (b, t) is src[b, t, off + c]: src is the whole in_proj output, read in
+# place (no copy of the conv's channel slice). Tap j of the W taps reads the input W-1-j steps
+# back; a tap that reaches before the latest episode start at or before t reads zero (inputs
+# before t = 0 come from the history: the W-1 previous inputs, valid until the first reset).
+
+
+@numba.njit(parallel=True, cache=True, fastmath=_FM)
+def conv_silu_fwd(src, off, w, bias, hist, keep):
+    """Forward: src [B, L, S]; off (channel offset); w [W, C] (tap W-1 reads the current
+    input); bias [C]; hist [B, W-1, C] (previous inputs, oldest first); keep [B, L].
+
+    Returns silu(conv) [B, L, C] and the new conv state [B, C, W] (the last W inputs, zero
+    where they precede the latest episode start).
+    """
+    batch, length, _ = src.shape
+    width, channels = w.shape
+    out = np.empty((batch, length, channels), dtype=src.dtype)
+    state = np.empty((batch, channels, width), dtype=src.dtype)
+    one = src.dtype.type(1)
+    for b in prange(batch):
+        acc = np.empty(channels, dtype=src.dtype)
+        start = -width  # the latest episode start (none yet: the history is valid)
+        for t in range(length):
+            if keep[b, t] == 0:
+                start = t
+            for c in range(channels):
+                acc[c] = bias[c]
+            for j in range(max(0, start - t + width - 1), width):
+                s = t - (width - 1) + j
+                row = src[b, s, off : off + channels] if s >= 0 else hist[b, s + width - 1]
+                wj = w[j]
+                for c in range(channels):
+                    acc[c] += wj[c] * row[c]
+            for c in range(channels):
+                v = acc[c]
+                out[b, t, c] = v / (one + fexp(-v))
+        for j in range(width):
+            s = length - width + j
+            if s < start:
+                state[b, :, j] = 0
+            else:
+                row = src[b, s, off : off + channels] if s >= 0 else hist[b, s + width - 1]
+                state[b, :, j] = row
+    return out, state
+
+
+@numba.njit(parallel=True, cache=True, fastmath=_FM)
+def conv_silu_bwd(src, off, w, bias, hist, keep, dout, dstate, dsrc, doff):
+    """Backward of :func:`conv_silu_fwd` (dout [B, L, C], dstate [B, C, W]).
+
+    Writes dx into dsrc[b, t, doff + c] (dsrc [B, L, S'], e.g. the gradient of the whole
+    in_proj output). Returns dw per row [B, W, C], dbias per row [B, C], dhist [B, W-1, C].
+    """
+    batch, length, _ = src.shape
+    width, channels = w.shape
+    dw = np.zeros((batch, width, channels), dtype=src.dtype)
+    dbias = np.zeros((batch, channels), dtype=src.dtype)
+    dhist = np.zeros((batch, width - 1, channels), dtype=src.dtype)
+    one = src.dtype.type(1)
+    for b in prange(batch):
+        for t in range(length):
+            dsrc[b, t, doff : doff + channels] = 0
+        acc = np.empty(channels, dtype=src.dtype)
+        grad = np.empty(channels, dtype=src.dtype)
+        dw_b = dw[b]
+        db_b = dbias[b]
+        start = -width
+        for t in range(length):
+            if keep[b, t] == 0:
+                start = t
+            first = max(0, start - t + width - 1)
+            for c in range(channels):
+                acc[c] = bias[c]
+            for j in range(first, width):
+                s = t - (width - 1) + j
+                row = src[b, s, off : off + channels] if s >= 0 else hist[b, s + width - 1]
+                wj = w[j]
+                for c in range(channels):
+                    acc[c] += wj[c] * row[c]
+            for c in range(channels):
+                v = acc[c]
+                sig = one / (one + fexp(-v))
+                g = dout[b, t, c] * sig * (one + v * (one - sig))
+                grad[c] = g
+                db_b[c] += g
+            for j in range(first, width):
+                s = t - (width - 1) + j
+                row = src[b, s, off : off + channels] if s >= 0 else hist[b, s + width - 1]
+                drow = dsrc[b, s, doff : doff + channels] if s >= 0 else dhist[b, s + width - 1]
+                wj = w[j]
+                dwj = dw_b[j]
+                for c in range(channels):
+                    dwj[c] += grad[c] * row[c]
+                    drow[c] += grad[c] * wj[c]
+        for j in range(width):
+            s = length - width + j
+            if s >= start:
+                drow = dsrc[b, s, doff : doff + channels] if s >= 0 else dhist[b, s + width - 1]
+                for c in range(channels):
+                    drow[c] += dstate[b, c, j]
+    return dw, dbias, dhist
+
+
+# --- gated RMSNorm (Mamba2's output norm) ----------------------------------------------------
+
+
+@numba.njit(cache=True, fastmath=_FM, inline="always")
+def _group_rstd(u, sq, rstd, group_size, eps):
+    """rstd[c] = 1 / sqrt(mean of u^2 over c's group + eps) (sq: scratch)."""
+    channels = u.shape[0]
+    for c in range(channels):
+        sq[c] = u[c] * u[c]
+    for lo in range(0, channels, group_size):
+        r = 1 / math.sqrt(_lane_sum(sq[lo : lo + group_size]) / group_size + eps)
+        for c in range(lo, lo + group_size):
+            rstd[c] = r  # (rounded to the array's dtype)
+
+
+@numba.njit(parallel=True, cache=True, fastmath=_FM)
+def rmsnorm_gated_fwd(x, src, off, weight, group_size, eps, norm_before_gate):
+    """x [B, L, C]; the gate z[b, t, c] = src[b, t, off + c]; weight [C]; RMS over groups of
+    group_size channels. norm_before_gate: rmsnorm(x) * weight * silu(z), else
+    rmsnorm(x * silu(z)) * weight. Returns [B, L, C]."""
+    batch, length, channels = x.shape
+    out = np.empty_like(x)
+    one = x.dtype.type(1)
+    for b in prange(batch):
+        u = np.empty(channels, dtype=x.dtype)
+        sz = np.empty(channels, dtype=x.dtype)
+        sq = np.empty(channels, dtype=x.dtype)
+        rstd = np.empty(channels, dtype=x.dtype)
+        for t in range(length):
+            xr = x[b, t]
+            zr = src[b, t, off : off + channels]
+            for c in range(channels):
+                zv = zr[c]
+                sz[c] = zv / (one + fexp(-zv))
+            if norm_before_gate:
+                u[:] = xr
+            else:
+                for c in range(channels):
+                    u[c] = xr[c] * sz[c]
+            _group_rstd(u, sq, rstd, group_size, eps)
+            orow = out[b, t]
+            if norm_before_gate:
+                for c in range(channels):
+                    orow[c] = u[c] * rstd[c] * weight[c] * sz[c]
+            else:
+                for c in range(channels):
+                    orow[c] = u[c] * rstd[c] * weight[c]
+    return out
+
+
+@numba.njit(parallel=True, cache=True, fastmath=_FM)
+def rmsnorm_gated_bwd(x, src, off, weight, group_size, eps, norm_before_gate, dout):
+    """Backward of :func:`rmsnorm_gated_fwd`: dx, dz [B, L, C] and dweight per row [B, C]."""
+    batch, length, channels = x.shape
+    dx = np.empty_like(x)
+    dz = np.empty_like(x)
+    dweight = np.zeros((batch, channels), dtype=x.dtype)
+    one = x.dtype.type(1)
+    for b in prange(batch):
+        u = np.empty(channels, dtype=x.dtype)
+        sz = np.empty(channels, dtype=x.dtype)
+        dsz = np.empty(channels, dtype=x.dtype)  # silu'(z)
+        sq = np.empty(channels, dtype=x.dtype)
+        rstd = np.empty(channels, dtype=x.dtype)
+        gu = np.empty(channels, dtype=x.dtype)  # d loss / d (u * rstd)
+        dw_b = dweight[b]
+        for t in range(length):
+            xr = x[b, t]
+            zr = src[b, t, off : off + channels]
+            gr = dout[b, t]
+            for c in range(channels):
+                zv = zr[c]
+                sig = one / (one + fexp(-zv))
+                sz[c] = zv * sig
+                dsz[c] = sig * (one + zv * (one - sig))
+            if norm_before_gate:
+                u[:] = xr
+            else:
+                for c in range(channels):
+                    u[c] = xr[c] * sz[c]
+            _group_rstd(u, sq, rstd, group_size, eps)
+            dzr = dz[b, t]
+            if norm_before_gate:
+                for c in range(channels):
+                    normed = u[c] * rstd[c] * weight[c]
+                    dzr[c] = gr[c] * normed * dsz[c]
+                    g = gr[c] * sz[c]
+                    dw_b[c] += g * u[c] * rstd[c]
+                    gu[c] = g * weight[c]
+            else:
+                for c in range(channels):
+                    dw_b[c] += gr[c] * u[c] * rstd[c]
+                    gu[c] = gr[c] * weight[c]
+            for c in range(channels):
+                sq[c] = gu[c] * u[c]
+            for lo in range(0, channels, group_size):
+                r = rstd[lo]
+                proj = _lane_sum(sq[lo : lo + group_size]) * r * r / group_size
+                for c in range(lo, lo + group_size):
+                    gu[c] = r * (gu[c] - u[c] * proj)  # now d loss / d u
+            dxr = dx[b, t]
+            if norm_before_gate:
+                dxr[:] = gu
+            else:
+                for c in range(channels):
+                    dxr[c] = gu[c] * sz[c]
+                    dzr[c] = gu[c] * xr[c] * dsz[c]
+    return dx, dz, dweight
+
+
+# --- fused Mamba inner part (training path) --------------------------------------------------
+# delta = softplus(dt_low @ W_dt^T + dt_bias) computed in the kernel (dt_rank FMAs per channel),
+# the scan, then y = (C . h + D * u) * silu(z): the [B, L, D] tensors delta, C . h, the skip and
+# the gate never exist; the backward recomputes all of them from u, dt_low, B, C, z and the
+# checkpoint states.
+
+
+@numba.njit(parallel=True, cache=True, fastmath=_FM)
+def mamba_fused_fwd(u, dtl, Wt, dbias, At, Bm, Cm, zsrc, zoff, Dv, keep, h0, every):
+    """u [B, L, D]; dtl [B, L, R]; Wt [R, D] (dt_proj weight transposed); dbias [D];
+    At [N, D]; Bm, Cm [B, L, N]; the gate z[b, t, d] = zsrc[b, t, zoff + d]; Dv [D]; keep [B, L];
+    h0 [B, N, D]. Returns y = (C . h + D * u) * silu(z) [B, L, D], h_last [B, N, D] and
+    checkpoints [B, ceil(L / every), N, D]."""
+    batch, length, d_inner = u.shape
+    d_state = At.shape[0]
+    rank = Wt.shape[0]
+    n_ckpt = (length + every - 1) // every
+    one = u.dtype.type(1)
+    y = np.empty((batch, length, d_inner), dtype=u.dtype)
+    h_last = np.empty((batch, d_state, d_inner), dtype=u.dtype)
+    ckpt = np.empty((batch, n_ckpt, d_state, d_inner), dtype=u.dtype)
+    for b in prange(batch):
+        h = h0[b].copy()
+        dl = np.empty(d_inner, dtype=u.dtype)
+        dtu = np.empty(d_inner, dtype=u.dtype)
+        acc = np.empty(d_inner, dtype=u.dtype)
+        for t in range(length):
+            if t % every == 0:
+                ckpt[b, t // every] = h
+            if keep[b, t] == 0:
+                h[:, :] = 0
+            ur = u[b, t]
+            for d in range(d_inner):
+                dl[d] = dbias[d]
+            for r in range(rank):
+                dr = dtl[b, t, r]
+                wr = Wt[r]
+                for d in range(d_inner):
+                    dl[d] += dr * wr[d]
+            for d in range(d_inner):
+                delta = fsoftplus(dl[d])
+                dl[d] = delta
+                dtu[d] = delta * ur[d]
+                acc[d] = 0
+            for n in range(d_state):
+                bn = Bm[b, t, n]
+                cn = Cm[b, t, n]
+                an = At[n]
+                hn = h[n]
+                for d in range(d_inner):
+                    hv = fexp(dl[d] * an[d]) * hn[d] + dtu[d] * bn
+                    hn[d] = hv
+                    acc[d] += hv * cn
+            zr = zsrc[b, t, zoff : zoff + d_inner]
+            yr = y[b, t]
+            for d in range(d_inner):
+                zv = zr[d]
+                yr[d] = (acc[d] + Dv[d] * ur[d]) * (zv / (one + fexp(-zv)))
+        h_last[b] = h
+    return y, h_last, ckpt
+
+
+@numba.njit(parallel=True, cache=True, fastmath=_FM)
+def mamba_fused_bwd(
+    u, dtl, Wt, dbias, At, Bm, Cm, zsrc, zoff, Dv, keep, ckpt, dy, dh_last, every, dzdst, dzoff
+):
+    """Backward of :func:`mamba_fused_fwd` (dy [B, L, D], dh_last [B, N, D]).
+
+    Writes dz into dzdst[b, t, dzoff + d] (e.g. the gradient of the whole in_proj output).
+    Returns du [B, L, D]; ddtl [B, L, R]; per row (summed by the caller): dWt [B, R, D],
+    ddbias [B, D], dA [B, N, D], dD [B, D]; dB, dC [B, L, N]; dh0 [B, N, D]; and the
+    forward's output y [B, L, D] again (recomputed on the way, for out_proj's weight gradient
+    when the caller did not keep it).
+    """
+    batch, length, d_inner = u.shape
+    d_state = At.shape[0]
+    rank = Wt.shape[0]
+    n_ckpt = ckpt.shape[1]
+    one = u.dtype.type(1)
+    du = np.empty_like(u)
+    ddtl = np.empty_like(dtl)
+    dWt = np.zeros((batch, rank, d_inner), dtype=u.dtype)
+    ddbias = np.zeros((batch, d_inner), dtype=u.dtype)
+    dA = np.zeros((batch, d_state, d_inner), dtype=u.dtype)
+    dD = np.zeros((batch, d_inner), dtype=u.dtype)
+    dB = np.empty((batch, length, d_state), dtype=u.dtype)
+    dC = np.empty((batch, length, d_state), dtype=u.dtype)
+    y = np.empty_like(u)
+    dh0 = np.empty((batch, d_state, d_inner), dtype=u.dtype)
+    for b in prange(batch):
+        gh = dh_last[b].copy()
+        hs = np.empty((every + 1, d_state, d_inner), dtype=u.dtype)
+        decays = np.empty((every, d_state, d_inner), dtype=u.dtype)
+        deltas = np.empty((every, d_inner), dtype=u.dtype)
+        dsoft = np.empty((every, d_inner), dtype=u.dtype)  # softplus' = sigmoid(pre-softplus)
+        dl = np.empty(d_inner, dtype=u.dtype)
+        dtu = np.empty(d_inner, dtype=u.dtype)
+        gy = np.empty(d_inner, dtype=u.dtype)
+        yacc = np.empty(d_inner, dtype=u.dtype)
+        ddt = np.empty(d_inner, dtype=u.dtype)
+        dxs = np.empty(d_inner, dtype=u.dtype)
+        prod_b = np.empty(d_inner, dtype=u.dtype)
+        prod_c = np.empty(d_inner, dtype=u.dtype)
+        dA_b = dA[b]
+        dW_b = dWt[b]
+        db_b = ddbias[b]
+        dD_b = dD[b]
+        for c in range(n_ckpt - 1, -1, -1):
+            start = c * every
+            stop = min(length, start + every)
+            hs[0] = ckpt[b, c]
+            for i in range(stop - start):
+                t = start + i
+                k = keep[b, t]
+                ur = u[b, t]
+                for d in range(d_inner):
+                    dl[d] = dbias[d]
+                for r in range(rank):
+                    dr = dtl[b, t, r]
+                    wr = Wt[r]
+                    for d in range(d_inner):
+                        dl[d] += dr * wr[d]
+                for d in range(d_inner):
+                    v = dl[d]
+                    delta = fsoftplus(v)
+                    deltas[i, d] = delta
+                    dsoft[i, d] = one / (one + fexp(-v))
+                    dtu[d] = delta * ur[d]
+                for n in range(d_state):
+                    bn = Bm[b, t, n]
+                    an = At[n]
+                    for d in range(d_inner):
+                        a = k * fexp(deltas[i, d] * an[d])
+                        decays[i, n, d] = a
+                        hs[i + 1, n, d] = a * hs[i, n, d] + dtu[d] * bn
+            for i in range(stop - start - 1, -1, -1):
+                t = start + i
+                ur = u[b, t]
+                zr = zsrc[b, t, zoff : zoff + d_inner]
+                dyr = dy[b, t]
+                delr = deltas[i]
+                for d in range(d_inner):
+                    zv = zr[d]
+                    gy[d] = dyr[d] * (zv / (one + fexp(-zv)))  # d loss / d (C . h + D u)
+                    dtu[d] = delr[d] * ur[d]
+                    ddt[d] = 0
+                    dxs[d] = 0
+                    yacc[d] = 0
+                for n in range(d_state):
+                    bn = Bm[b, t, n]
+                    cn = Cm[b, t, n]
+                    an = At[n]
+                    h_now = hs[i + 1, n]
+                    h_before = hs[i, n]
+                    dec = decays[i, n]
+                    ghr = gh[n]
+                    dAr = dA_b[n]
+                    for d in range(d_inner):
+                        g = gy[d]
+                        hv = h_now[d]
+                        ghn = ghr[d] + g * cn
+                        yacc[d] += hv * cn
+                        prod_c[d] = g * hv
+                        tmp = ghn * h_before[d] * dec[d]
+                        ddt[d] += tmp * an[d]  # (+ u * dxs below: the input's part)
+                        dAr[d] += tmp * delr[d]
+                        prod_b[d] = ghn * dtu[d]
+                        dxs[d] += ghn * bn
+                        ghr[d] = ghn * dec[d]
+                    dC[b, t, n] = _lane_sum(prod_c)
+                    dB[b, t, n] = _lane_sum(prod_b)
+                dur = du[b, t]
+                dzr = dzdst[b, t, dzoff : dzoff + d_inner]
+                yr = y[b, t]
+                dsr = dsoft[i]
+                for d in range(d_inner):
+                    zv = zr[d]
+                    sig = one / (one + fexp(-zv))
+                    pre = yacc[d] + Dv[d] * ur[d]
+                    yr[d] = pre * zv * sig
+                    dzr[d] = dyr[d] * pre * sig * (one + zv * (one - sig))
+                    g = gy[d]
+                    dD_b[d] += g * ur[d]
+                    dur[d] = dxs[d] * delr[d] + g * Dv[d]
+                    dv = (ddt[d] + ur[d] * dxs[d]) * dsr[d]  # d loss / d (dt_low W^T + bias)
+                    ddt[d] = dv
+                    db_b[d] += dv
+                for r in range(rank):
+                    dr = dtl[b, t, r]
+                    wr = Wt[r]
+                    dWr = dW_b[r]
+                    for d in range(d_inner):
+                        dWr[d] += ddt[d] * dr
+                        prod_b[d] = ddt[d] * wr[d]
+                    ddtl[b, t, r] = _lane_sum(prod_b)
+        dh0[b] = gh
+    return du, ddtl, dWt, ddbias, dA, dD, dB, dC, dh0, y

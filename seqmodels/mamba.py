@@ -16,7 +16,12 @@ outputs at t or later: the SSM state is dropped and the causal convolution does 
 from before t (its taps that cross a reset are masked). States are never modified in place.
 
 The scan backend (``backend=`` constructor argument or the ``backend`` attribute) is one of
-:data:`seqmodels.scan.BACKENDS`; see :mod:`seqmodels.scan`.
+:data:`seqmodels.scan.BACKENDS`; see :mod:`seqmodels.scan`. On the numba backend (CPU) the
+sequence forward uses fused kernels with their own backward: the causal conv + SiLU reads the
+in_proj output in place; Mamba folds softplus(dt_proj), the scan, the D skip and the gate into
+one kernel per direction (from ``scan.MAMBA_WINDOWED_MIN_TOKENS`` tokens on, the whole block
+runs in time windows and keeps no ``[B, L, d_inner]`` activation); Mamba2 fuses the D skip into
+the SSD kernels and runs its gated RMSNorm as a kernel. The other backends compose torch ops.
 """
 
 from __future__ import annotations
@@ -29,10 +34,16 @@ import torch.nn.functional as F
 from einops import rearrange, repeat
 from torch import Tensor, nn
 
+from seqmodels import scan as scan_mod
 from seqmodels.scan import (
     BACKENDS,
     TORCH_CHUNK,
+    conv_silu_numba,
     conv_step_silu,
+    mamba_block_numba,
+    mamba_inner_numba,
+    resolve_backend,
+    rmsnorm_gated_numba,
     selective_scan,
     selective_state_update_gated,
     ssd_scan,
@@ -162,6 +173,23 @@ def masked_causal_conv(
         seg_full = torch.cat([seg.new_zeros(batch, width), seg], dim=1)[:, -width:]
         full = full * (seg_full == seg[:, -1:]).unsqueeze(-1).to(full.dtype)
     return out, full.transpose(1, 2).to(conv_state.dtype)
+
+
+def causal_conv_silu(
+    x: Tensor,
+    conv_state: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    resets: Tensor | None,
+    backend: str = "auto",
+) -> tuple[Tensor, Tensor]:
+    """``silu`` of :func:`masked_causal_conv` (same arguments and state). On the numba
+    backend one compiled kernel per direction in the [B, L, C] layout, reading x in place when
+    it is a channel slice of the in_proj output; torch ops elsewhere."""
+    if x.shape[1] > 0 and resolve_backend(backend, x.device, x.dtype) == "numba":
+        return conv_silu_numba(x, conv_state, weight, bias, resets)
+    out, new_state = masked_causal_conv(x, conv_state, weight, bias, resets)
+    return F.silu(out), new_state
 
 
 def _inv_softplus_dt(n: int, dt_min: float, dt_max: float, dt_init_floor: float, **factory):
@@ -333,18 +361,42 @@ class Mamba(nn.Module):
             conv_state, ssm_state = _check_state(state, self._state_shapes(), batch)
             h0 = ssm_state.to(x.dtype)
 
+        A = -torch.exp(self.A_log.to(x.dtype))
+        fused = length > 0 and resolve_backend(self.backend, x.device, x.dtype) == "numba"
+        if fused and batch * length >= scan_mod.MAMBA_WINDOWED_MIN_TOKENS:
+            # the whole block in time windows, fused kernels, no [B, L, d_inner] activation kept
+            out, new_conv, h_last = mamba_block_numba(
+                x,
+                conv_state,
+                ssm_state if h0 is None else h0,
+                resets,
+                (self.in_proj.weight, self.in_proj.bias),
+                (self.conv1d.weight, self.conv1d.bias),
+                self.x_proj.weight,
+                (self.dt_proj.weight, self.dt_proj.bias),
+                A,
+                self.D,
+                (self.out_proj.weight, self.out_proj.bias),
+            )
+            return out, (new_conv.to(conv_state.dtype), h_last.to(ssm_state.dtype))
         xz = self.in_proj(x)  # [B, L, 2 * d_inner]
         xs, z = xz.chunk(2, dim=-1)
-        xs, new_conv = masked_causal_conv(
-            xs, conv_state, self.conv1d.weight, self.conv1d.bias, resets
+        xs, new_conv = causal_conv_silu(
+            xs, conv_state, self.conv1d.weight, self.conv1d.bias, resets, self.backend
         )
-        xs = self.act(xs)
         x_dbl = self.x_proj(xs)
         dt, Bm, Cm = torch.split(x_dbl, [self.dt_rank, self.d_state, self.d_state], dim=-1)
-        delta = F.softplus(F.linear(dt, self.dt_proj.weight) + self.dt_proj.bias.to(x.dtype))
-        A = -torch.exp(self.A_log.to(x.dtype))
-        y, h_last = selective_scan(xs, delta, A, Bm, Cm, h0=h0, resets=resets, backend=self.backend)
-        y = (y + xs * self.D.to(x.dtype)) * self.act(z)
+        if fused:
+            # softplus(dt_proj), scan, D skip and gate in one kernel per direction
+            y, h_last = mamba_inner_numba(
+                xs, dt, self.dt_proj.weight, self.dt_proj.bias, A, Bm, Cm, z, self.D, h0, resets
+            )
+        else:
+            delta = F.softplus(F.linear(dt, self.dt_proj.weight) + self.dt_proj.bias.to(x.dtype))
+            y, h_last = selective_scan(
+                xs, delta, A, Bm, Cm, h0=h0, resets=resets, backend=self.backend
+            )
+            y = (y + xs * self.D.to(x.dtype)) * self.act(z)
         out = self.out_proj(y)
         return out, (new_conv, h_last.to(ssm_state.dtype))
 
@@ -370,12 +422,11 @@ class Mamba(nn.Module):
             conv_state, xs, self.conv1d.weight, self.conv1d.bias, _step_backend(self.backend, x)
         )
         dt, Bm, Cm = torch.split(self.x_proj(xs), [self.dt_rank, self.d_state, self.d_state], -1)
-        dt = F.softplus(F.linear(dt, self.dt_proj.weight) + self.dt_proj.bias.to(x.dtype))
         A = -torch.exp(self.A_log.to(x.dtype))
-        # state update, D skip and SiLU gate: one numba kernel on CPU
+        # softplus(dt + bias), state update, D skip and SiLU gate: one numba kernel on CPU
         h, y = selective_state_update_gated(
             ssm_state.to(x.dtype),
-            dt,
+            F.linear(dt, self.dt_proj.weight),
             xs,
             z,
             A,
@@ -383,6 +434,8 @@ class Mamba(nn.Module):
             Bm,
             Cm,
             backend=_step_backend(self.backend, x),
+            dt_bias=self.dt_proj.bias,
+            dt_softplus=True,
         )
         return self.out_proj(y), (conv_state, h.to(ssm_state.dtype))
 
@@ -619,6 +672,10 @@ class Mamba2(nn.Module):
             dt = dt.clamp(min=self.dt_limit[0], max=self.dt_limit[1])
         return dt
 
+    def _fused_cpu(self, x: Tensor) -> bool:
+        """True when this module's backend means the numba kernels for tensors like x."""
+        return resolve_backend(self.backend, x.device, x.dtype) == "numba"
+
     def _skip(self, x: Tensor) -> Tensor:
         """D skip term for x ``[..., nheads, headdim]``."""
         D = self.D.to(x.dtype)
@@ -627,7 +684,13 @@ class Mamba2(nn.Module):
         return x * D.view(self.nheads, 1)
 
     def _output(self, y: Tensor, z: Tensor, z0: Tensor, x0: Tensor) -> Tensor:
-        y = self.norm(y, z) if self.rmsnorm else y * self.act(z)
+        if self.rmsnorm and y.dim() == 3 and z.dim() == 3 and self._fused_cpu(y):
+            norm = self.norm
+            y = rmsnorm_gated_numba(
+                y, z, norm.weight, norm.group_size, norm.eps, norm.norm_before_gate
+            )
+        else:
+            y = self.norm(y, z) if self.rmsnorm else y * self.act(z)
         if self.d_inner > self.d_ssm:
             y = torch.cat([F.silu(z0) * x0, y], dim=-1)
         return self.out_proj(y)
@@ -658,10 +721,9 @@ class Mamba2(nn.Module):
             conv_state, ssm_state = _check_state(state, self._state_shapes(), batch)
             h0 = ssm_state.to(x.dtype)
         z0, x0, z, xBC, dt = self._split_in_proj(self.in_proj(x))
-        xBC, new_conv = masked_causal_conv(
-            xBC, conv_state, self.conv1d.weight, self.conv1d.bias, resets
+        xBC, new_conv = causal_conv_silu(
+            xBC, conv_state, self.conv1d.weight, self.conv1d.bias, resets, self.backend
         )
-        xBC = self.act(xBC)
         xs, Bm, Cm = torch.split(
             xBC, [self.d_ssm, self.ngroups * self.d_state, self.ngroups * self.d_state], dim=-1
         )
@@ -680,8 +742,9 @@ class Mamba2(nn.Module):
             resets=resets,
             backend=self.backend,
             chunk_size=chunk,
+            D=self.D.view(self.nheads, -1),  # the D skip, fused into the numba kernels
         )
-        y = rearrange(y + self._skip(xh), "b l h p -> b l (h p)")
+        y = rearrange(y, "b l h p -> b l (h p)")
         return self._output(y, z, z0, x0), (new_conv, h_last.to(ssm_state.dtype))
 
     def step(
@@ -724,4 +787,4 @@ class Mamba2(nn.Module):
         return self._output(y, z, z0, x0), (conv_state, h.to(ssm_state.dtype))
 
 
-__all__ = ["Mamba", "Mamba2", "RMSNormGated", "masked_causal_conv"]
+__all__ = ["Mamba", "Mamba2", "RMSNormGated", "causal_conv_silu", "masked_causal_conv"]

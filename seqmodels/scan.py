@@ -13,9 +13,9 @@ Mamba2 (``ssd_scan``), for head h (group g = h // (nheads / ngroups)), head chan
     y_t[h, p]    = sum_n C_t[g, n] * h_t[h, p, n]
 
 where ``keep_t = 0`` where ``resets[:, t]`` is true (a new episode starts at t: the state coming
-from t-1 is dropped) and 1 elsewhere; ``h_{-1}`` is the initial state (zeros when None). The
-skip term ``D * u``, the gate ``silu(z)`` and the softplus of delta are applied by the modules,
-outside the scan (cheap elementwise work on ``[B, L, d_inner]``).
+from t-1 is dropped) and 1 elsewhere; ``h_{-1}`` is the initial state (zeros when None). On the
+torch backends the skip term ``D * u``, the gate ``silu(z)`` and the softplus of delta are
+applied by the modules, outside the scan; the numba backend fuses them into its kernels (below).
 
 Backends (``backend=`` argument):
 
@@ -28,7 +28,14 @@ Backends (``backend=`` argument):
 - ``"numba"``: compiled CPU kernels (forward and backward, wrapped in a
   ``torch.autograd.Function``), parallel over the batch. The forward keeps only per-chunk
   checkpoint states; the backward recomputes the states of one chunk at a time and runs the
-  reverse recurrence. float32 and float64 CPU tensors.
+  reverse recurrence. float32 and float64 CPU tensors. Fused training paths used by the
+  modules, each with its own kernels and an equivalence test against the torch composition
+  of the reference ops: ``conv_silu_numba`` (depthwise causal conv + SiLU in the
+  ``[B, L, C]`` layout, reading its input in place from the in_proj output),
+  ``mamba_inner_numba`` (softplus(dt_proj) + scan + D skip + SiLU gate),
+  ``mamba_block_numba`` (a whole Mamba block in time windows: no ``[B, L, d_inner]``
+  activation is kept for backward), ``ssd_scan(..., D=)`` (SSD with the D skip) and
+  ``rmsnorm_gated_numba`` (Mamba2's gated RMSNorm).
 - ``"cuda"``: mamba-ssm's kernels (``selective_scan_fn``, ``mamba_chunk_scan_combined``) for
   CUDA tensors when mamba-ssm is importable. Mamba-1's kernel takes neither an initial state
   nor resets: with either, the call falls back to ``"chunked"`` on the same device.
@@ -49,6 +56,7 @@ import functools
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
@@ -59,6 +67,18 @@ BACKENDS = ("auto", "reference", "chunked", "numba", "cuda")
 NUMBA_CHECKPOINT_EVERY = 64
 # Chunk length of the pure-torch chunked scan.
 TORCH_CHUNK = 32
+# Tokens (batch rows x time steps) per window of the numba Mamba block (mamba_block_numba):
+# windows of max(1, MAMBA_BLOCK_TOKENS // B) steps. Its forward keeps no [B, L, d_inner]
+# activation and its backward recomputes one window at a time, so the peak memory of a training
+# step is about 2 [B, L, d_model] tensors (output, input gradient) plus one window's worth of
+# intermediates (measured at B=32, L=1024, d_model=64: 2048 tokens ~ 37 MB, 8192 ~ 81 MB, at
+# the same speed).
+MAMBA_BLOCK_TOKENS = 2048
+# seqmodels.Mamba's numba training path takes those windows from B * L tokens on; below, one
+# autograd graph of fused kernels (conv + SiLU, then softplus(dt_proj) + scan + D skip + gate)
+# that keeps about 6 [B, L, d_inner]-sized activations but is ~12% faster (it recomputes no
+# in_proj / conv / x_proj output in backward).
+MAMBA_WINDOWED_MIN_TOKENS = 65536
 
 
 # --------------------------------------------------------------------------------------------
@@ -311,6 +331,12 @@ def _numba_kernels() -> dict[str, Any]:
         "ssd_step": kernels.ssd_step,
         "conv_step_silu": kernels.conv_step_silu,
         "mamba_step_gated": kernels.mamba_step_gated,
+        "conv_silu_fwd": kernels.conv_silu_fwd,
+        "conv_silu_bwd": kernels.conv_silu_bwd,
+        "rmsnorm_gated_fwd": kernels.rmsnorm_gated_fwd,
+        "rmsnorm_gated_bwd": kernels.rmsnorm_gated_bwd,
+        "mamba_fused_fwd": kernels.mamba_fused_fwd,
+        "mamba_fused_bwd": kernels.mamba_fused_bwd,
     }
 
 
@@ -359,34 +385,63 @@ class _NumbaSelectiveScan(torch.autograd.Function):
         return t(du), t(ddelta), t(dA).sum(0).t(), t(dB), t(dC), None, t(dh0).transpose(1, 2)
 
 
+def _ssd_state_to_kernel(h: Tensor, ngroups: int) -> Tensor:
+    """[B, H, P, N] (mamba-ssm layout) -> [B, G, N, Q] (the SSD kernels' layout, Q = H*P/G)."""
+    batch, nheads, headdim, d_state = h.shape
+    h = h.reshape(batch, ngroups, nheads // ngroups, headdim, d_state)
+    return h.permute(0, 1, 4, 2, 3).reshape(batch, ngroups, d_state, -1).contiguous()
+
+
+def _ssd_state_from_kernel(h: Tensor, nheads: int) -> Tensor:
+    """[B, G, N, Q] -> [B, H, P, N] (a view, not a copy)."""
+    batch, ngroups, d_state, q_len = h.shape
+    headdim = q_len * ngroups // nheads
+    h = h.view(batch, ngroups, d_state, nheads // ngroups, headdim)
+    return h.permute(0, 1, 3, 4, 2).reshape(batch, nheads, headdim, d_state)
+
+
 class _NumbaSSDScan(torch.autograd.Function):
-    """Mamba2 scan on CPU: the kernels keep the state as [H, N, P] (head channels innermost)."""
+    """Mamba2 scan on CPU, D skip included (``Dq``: D per channel, ``[H * P]``). The kernels
+    see x as ``[B, L, H * P]`` and keep the state of group g as ``[N, Q]``."""
 
     @staticmethod
-    def forward(ctx, x, dt, A, Bm, Cm, keep, h0):  # type: ignore[override]
+    def forward(ctx, x, dt, A, Bm, Cm, keep, h0, Dq):  # type: ignore[override]
         _set_numba_threads()
         kern = _numba_kernels()
         every = NUMBA_CHECKPOINT_EVERY
-        x, dt, Bm, Cm, keep = (t.detach().contiguous() for t in (x, dt, Bm, Cm, keep))
-        arrays = [_np(t) for t in (x, dt, A, Bm, Cm, keep, h0.transpose(2, 3))]
+        batch, length, nheads, headdim = x.shape
+        ngroups = Bm.shape[2]
+        x2 = x.detach().reshape(batch, length, nheads * headdim).contiguous()
+        dt, Bm, Cm, keep = (t.detach().contiguous() for t in (dt, Bm, Cm, keep))
+        h0k = _ssd_state_to_kernel(h0.detach(), ngroups)
+        arrays = [_np(t) for t in (x2, dt, A, Dq, Bm, Cm, keep, h0k)]
         y, h_last, ckpt = kern["ssd_fwd_t"](*arrays, every)
         ctx.every = every
-        ctx.save_for_backward(x, dt, A, Bm, Cm, keep, torch.from_numpy(ckpt))
-        return torch.from_numpy(y), torch.from_numpy(h_last).transpose(2, 3)
+        ctx.save_for_backward(x2, dt, A, Dq, Bm, Cm, keep, torch.from_numpy(ckpt))
+        y = torch.from_numpy(y).view(batch, length, nheads, headdim)
+        return y, _ssd_state_from_kernel(torch.from_numpy(h_last), nheads)
 
     @staticmethod
     def backward(ctx, dy, dh_last):  # type: ignore[override]
         _set_numba_threads()
-        x, dt, A, Bm, Cm, keep, ckpt = ctx.saved_tensors
+        x2, dt, A, Dq, Bm, Cm, keep, ckpt = ctx.saved_tensors
+        batch, length, channels = x2.shape
+        nheads = dt.shape[2]
+        ngroups = Bm.shape[2]
         if dy is None:
-            dy = torch.zeros_like(x)
+            dy = torch.zeros_like(x2)
+        dy = dy.reshape(batch, length, channels)
         if dh_last is None:
-            dh_last = x.new_zeros(x.shape[0], x.shape[2], x.shape[3], Bm.shape[-1])
+            dhk = x2.new_zeros(batch, ngroups, Bm.shape[3], channels // ngroups)
+        else:
+            dhk = _ssd_state_to_kernel(dh_last, ngroups)
         kern = _numba_kernels()
-        arrays = [_np(t) for t in (x, dt, A, Bm, Cm, keep, ckpt, dy, dh_last.transpose(2, 3))]
-        dx, ddt, dA, dB, dC, dh0 = kern["ssd_bwd_t"](*arrays, ctx.every)
+        arrays = [_np(t) for t in (x2, dt, A, Dq, Bm, Cm, keep, ckpt, dy, dhk)]
+        dx, ddt, dA, dD, dB, dC, dh0 = kern["ssd_bwd_t"](*arrays, ctx.every)
         t = torch.from_numpy
-        return t(dx), t(ddt), t(dA).sum(0), t(dB), t(dC), None, t(dh0).transpose(2, 3)
+        dx = t(dx).view(batch, length, nheads, channels // nheads)
+        dh0 = _ssd_state_from_kernel(t(dh0), nheads)
+        return dx, t(ddt), t(dA).sum(0), t(dB), t(dC), None, dh0, t(dD).sum(0)
 
 
 def _keep_or_ones(resets: Tensor | None, like: Tensor) -> Tensor:
@@ -420,14 +475,402 @@ def ssd_scan_numba(
     Cm: Tensor,
     h0: Tensor | None = None,
     resets: Tensor | None = None,
+    D: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Compiled CPU Mamba2 scan (forward + backward kernels); contract of the reference."""
+    """Compiled CPU Mamba2 scan (forward + backward kernels); contract of the reference, plus
+    the D skip fused when ``D`` (``[H]`` or ``[H, P]``) is given: y = C . h + D * x."""
     batch, _, nheads, headdim = x.shape
     if h0 is None:
         h0 = x.new_zeros(batch, nheads, headdim, Bm.shape[-1])
     dtype = x.dtype
     A, Bm, Cm, h0 = (t.to(dtype) for t in (A, Bm, Cm, h0))
-    return _NumbaSSDScan.apply(x, dt.to(dtype), A, Bm, Cm, _keep_or_ones(resets, x), h0)
+    if D is None:
+        Dq = x.new_zeros(nheads * headdim)
+    else:
+        Dq = D.to(dtype).reshape(nheads, -1).expand(nheads, headdim).reshape(-1)
+    keep = _keep_or_ones(resets, x)
+    return _NumbaSSDScan.apply(x, dt.to(dtype), A, Bm, Cm, keep, h0, Dq)
+
+
+def _row_buffer(x: Tensor) -> tuple[Tensor, int]:
+    """A C-contiguous ``[B, L, S]`` tensor and a channel offset such that
+    ``x == buf[..., off : off + C]``: the tensor x is a channel slice of (a split of the
+    in_proj output), else a contiguous copy of x with offset 0."""
+    base = x._base
+    if (
+        base is not None
+        and x.stride(-1) == 1
+        and base.dim() == 3
+        and base.is_contiguous()
+        and base.shape[:2] == x.shape[:2]
+        and x.stride(1) == base.shape[2]
+        and x.stride(0) == base.stride(0)
+    ):
+        off = x.storage_offset() - base.storage_offset()
+        if 0 <= off <= base.shape[2] - x.shape[2]:
+            return base.detach(), off
+    return x.detach().contiguous(), 0
+
+
+class _NumbaConvSiLU(torch.autograd.Function):
+    """Depthwise causal conv + SiLU on CPU in the [B, L, C] layout (taps masked at resets)."""
+
+    @staticmethod
+    def forward(ctx, x, w, bias, hist, keep):  # type: ignore[override]
+        _set_numba_threads()
+        src, off = _row_buffer(x)
+        w, bias, hist, keep = (t.detach().contiguous() for t in (w, bias, hist, keep))
+        arrays = [_np(t) for t in (w, bias, hist, keep)]
+        out, state = _numba_kernels()["conv_silu_fwd"](_np(src), off, *arrays)
+        ctx.off = off
+        ctx.save_for_backward(src, w, bias, hist, keep)
+        return torch.from_numpy(out), torch.from_numpy(state)
+
+    @staticmethod
+    def backward(ctx, dout, dstate):  # type: ignore[override]
+        _set_numba_threads()
+        src, w, bias, hist, keep = ctx.saved_tensors
+        batch, length = keep.shape
+        width, channels = w.shape
+        if dout is None:
+            dout = src.new_zeros(batch, length, channels)
+        if dstate is None:
+            dstate = src.new_zeros(batch, channels, width)
+        dx = src.new_empty(batch, length, channels)
+        arrays = [_np(t) for t in (w, bias, hist, keep, dout.contiguous(), dstate.contiguous())]
+        kernel = _numba_kernels()["conv_silu_bwd"]
+        dw, dbias, dhist = kernel(_np(src), ctx.off, *arrays, _np(dx), 0)
+        t = torch.from_numpy
+        return dx, t(dw).sum(0), t(dbias).sum(0), t(dhist), None
+
+
+def conv_silu_numba(
+    x: Tensor, conv_state: Tensor, weight: Tensor, bias: Tensor | None, resets: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """silu(depthwise causal conv) over a sequence with compiled CPU kernels, taps masked at
+    episode resets (contract of ``seqmodels.mamba.masked_causal_conv`` followed by SiLU).
+
+    x ``[B, L, C]`` (may be a channel slice of a larger ``[B, L, S]`` tensor: read in place);
+    conv_state ``[B, C, W]``; weight ``[C, 1, W]``; bias ``[C]`` or None; resets ``[B, L]``.
+    Returns silu(out) ``[B, L, C]`` and the new conv state ``[B, C, W]``.
+    """
+    dtype = x.dtype
+    w = weight[:, 0, :].t().to(dtype)  # [W, C]
+    b = x.new_zeros(w.shape[1]) if bias is None else bias.to(dtype)
+    hist = conv_state[:, :, 1:].transpose(1, 2).to(dtype)  # [B, W-1, C]
+    out, state = _NumbaConvSiLU.apply(x, w, b, hist, _keep_or_ones(resets, x))
+    return out, state.to(conv_state.dtype)
+
+
+class _NumbaRMSNormGated(torch.autograd.Function):
+    """Gated RMSNorm on CPU (one kernel per direction; z read in place from its buffer)."""
+
+    @staticmethod
+    def forward(ctx, x, z, weight, group_size, eps, norm_before_gate):  # type: ignore[override]
+        _set_numba_threads()
+        src, off = _row_buffer(z)
+        x, weight = x.detach().contiguous(), weight.detach().contiguous()
+        args = (off, _np(weight), group_size, float(eps), bool(norm_before_gate))
+        out = _numba_kernels()["rmsnorm_gated_fwd"](_np(x), _np(src), *args)
+        ctx.args = args[2:]
+        ctx.off = off
+        ctx.save_for_backward(x, src, weight)
+        return torch.from_numpy(out)
+
+    @staticmethod
+    def backward(ctx, dout):  # type: ignore[override]
+        _set_numba_threads()
+        x, src, weight = ctx.saved_tensors
+        arrays = (_np(x), _np(src), ctx.off, _np(weight), *ctx.args, _np(dout.contiguous()))
+        dx, dz, dweight = _numba_kernels()["rmsnorm_gated_bwd"](*arrays)
+        t = torch.from_numpy
+        return t(dx), t(dz), t(dweight).sum(0), None, None, None
+
+
+def rmsnorm_gated_numba(
+    x: Tensor, z: Tensor, weight: Tensor, group_size: int, eps: float, norm_before_gate: bool
+) -> Tensor:
+    """Gated RMSNorm (``seqmodels.RMSNormGated``'s contract, gate z given) with compiled CPU
+    kernels: x, z ``[B, L, C]`` (z may be a channel slice of a larger tensor), weight ``[C]``."""
+    dtype = x.dtype
+    return _NumbaRMSNormGated.apply(
+        x, z.to(dtype), weight.to(dtype), group_size, eps, norm_before_gate
+    )
+
+
+class _NumbaMambaFused(torch.autograd.Function):
+    """Mamba's inner part on CPU: softplus(dt_proj), the scan, the D skip and the SiLU gate in
+    one kernel per direction. Saves u, the small x_proj outputs, the buffer z lives in (the
+    in_proj output, which the conv kernel keeps anyway) and the checkpoint states."""
+
+    @staticmethod
+    def forward(ctx, u, dt_low, W_dt, dt_bias, A, Bm, Cm, z, D, keep, h0):  # type: ignore[override]
+        _set_numba_threads()
+        every = NUMBA_CHECKPOINT_EVERY
+        zsrc, zoff = _row_buffer(z)
+        u, dt_low, Bm, Cm, dt_bias, D, keep = (
+            t.detach().contiguous() for t in (u, dt_low, Bm, Cm, dt_bias, D, keep)
+        )
+        Wt = W_dt.detach().t().contiguous()  # [R, D]
+        At = A.detach().t().contiguous()  # [N, D]
+        arrays = [_np(t) for t in (u, dt_low, Wt, dt_bias, At, Bm, Cm, zsrc)]
+        tail = [_np(t) for t in (D, keep, h0.transpose(1, 2))]
+        y, h_last, ckpt = _numba_kernels()["mamba_fused_fwd"](*arrays, zoff, *tail, every)
+        ctx.every, ctx.zoff = every, zoff
+        ckpt = torch.from_numpy(ckpt)
+        ctx.save_for_backward(u, dt_low, Wt, dt_bias, At, Bm, Cm, zsrc, D, keep, ckpt)
+        return torch.from_numpy(y), torch.from_numpy(h_last).transpose(1, 2)
+
+    @staticmethod
+    def backward(ctx, dy, dh_last):  # type: ignore[override]
+        _set_numba_threads()
+        u, dt_low, Wt, dt_bias, At, Bm, Cm, zsrc, D, keep, ckpt = ctx.saved_tensors
+        if dy is None:
+            dy = torch.zeros_like(u)
+        if dh_last is None:
+            dh_last = u.new_zeros(u.shape[0], At.shape[1], At.shape[0])
+        arrays = [_np(t) for t in (u, dt_low, Wt, dt_bias, At, Bm, Cm, zsrc)]
+        tail = [_np(t) for t in (D, keep, ckpt, dy.contiguous(), dh_last.transpose(1, 2))]
+        dz = torch.empty_like(u)
+        kernel = _numba_kernels()["mamba_fused_bwd"]
+        grads = kernel(*arrays, ctx.zoff, *tail, ctx.every, _np(dz), 0)
+        du, ddtl, dWt, ddbias, dA, dD, dB, dC, dh0, _ = (torch.from_numpy(g) for g in grads)
+        return (
+            du,
+            ddtl,
+            dWt.sum(0).t(),
+            ddbias.sum(0),
+            dA.sum(0).t(),
+            dB,
+            dC,
+            dz,
+            dD.sum(0),
+            None,
+            dh0.transpose(1, 2),
+        )
+
+
+def mamba_inner_numba(
+    u: Tensor,
+    dt_low: Tensor,
+    dt_weight: Tensor,
+    dt_bias: Tensor,
+    A: Tensor,
+    Bm: Tensor,
+    Cm: Tensor,
+    z: Tensor,
+    D: Tensor,
+    h0: Tensor | None = None,
+    resets: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Mamba's gated SSM output with compiled CPU kernels (forward and backward):
+
+        delta = softplus(dt_low @ dt_weight^T + dt_bias)
+        y, h_last = selective_scan(u, delta, A, Bm, Cm, h0, resets)
+        y = (y + D * u) * silu(z)
+
+    u, z ``[B, L, D]`` (z may be a channel slice of the in_proj output: read in place);
+    dt_low ``[B, L, R]``; dt_weight ``[D, R]``; dt_bias, D ``[D]``; A ``[D, N]``; Bm, Cm
+    ``[B, L, N]``; h0 ``[B, D, N]`` or None; resets ``[B, L]``. Returns (y ``[B, L, D]``,
+    h_last ``[B, D, N]``).
+    """
+    batch, _, d_inner = u.shape
+    dtype = u.dtype
+    if h0 is None:
+        h0 = u.new_zeros(batch, d_inner, A.shape[1])
+    cast = [t.to(dtype) for t in (dt_low, dt_weight, dt_bias, A, Bm, Cm, z, D, h0)]
+    dt_low, dt_weight, dt_bias, A, Bm, Cm, z, D, h0 = cast
+    keep = _keep_or_ones(resets, u)
+    return _NumbaMambaFused.apply(u, dt_low, dt_weight, dt_bias, A, Bm, Cm, z, D, keep, h0)
+
+
+class _NumbaMambaBlock(torch.autograd.Function):
+    """A whole Mamba block on CPU (in_proj, conv + SiLU, x_proj, the gated inner part,
+    out_proj), processed in windows of ``chunk`` time steps that carry the conv and SSM states
+    from one to the next (exact: the split invariance of the block).
+
+    Saved for backward: the input x, per window its starting conv state and the scan's
+    checkpoint states. The backward walks the windows in reverse, recomputes a window's
+    in_proj, conv and x_proj outputs, runs the fused backward kernels and the matmuls' weight
+    gradients by hand; every [B, T, *] intermediate lives for one window only. Costs one extra
+    in_proj, conv and x_proj forward; the scan's forward is not recomputed (its backward kernel
+    recomputes states from the checkpoints and returns out_proj's input as a by-product).
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx,
+        x,
+        conv_state,
+        h0,
+        keep,
+        W_in,
+        b_in,
+        w_conv,
+        b_conv,
+        W_x,
+        Wt_dt,
+        b_dt,
+        At,
+        D,
+        W_out,
+        b_out,
+        dt_rank,
+        chunk,
+    ):
+        _set_numba_threads()
+        kern = _numba_kernels()
+        every = NUMBA_CHECKPOINT_EVERY
+        x, W_in, W_x, W_out = (t.detach() for t in (x, W_in, W_x, W_out))
+        b_in = None if b_in is None else b_in.detach()
+        b_out = None if b_out is None else b_out.detach()
+        w_conv, b_conv, Wt_dt, b_dt, At, D, keep = (
+            t.detach().contiguous() for t in (w_conv, b_conv, Wt_dt, b_dt, At, D, keep)
+        )
+        batch, length, _ = x.shape
+        d_inner = D.shape[0]
+        d_state = At.shape[0]
+        small = [_np(t) for t in (Wt_dt, b_dt, At)]
+        conv_np = [_np(w_conv), _np(b_conv)]
+        out = x.new_empty(batch, length, W_out.shape[0])
+        state = conv_state.detach()
+        h = h0.detach().transpose(1, 2).contiguous()  # [B, N, D]
+        starts, ckpts = [], []
+        for s in range(0, length, chunk):
+            e = min(length, s + chunk)
+            keep_c = keep[:, s:e].contiguous()
+            xz = F.linear(x[:, s:e], W_in, b_in)  # [B, T, 2 D]
+            hist = state[:, :, 1:].transpose(1, 2).contiguous()
+            xs, new_state = kern["conv_silu_fwd"](_np(xz), 0, *conv_np, _np(hist), _np(keep_c))
+            xs = torch.from_numpy(xs)
+            dt_low, Bm, Cm = (
+                t.contiguous()
+                for t in torch.split(F.linear(xs, W_x), [dt_rank, d_state, d_state], dim=-1)
+            )
+            y, h_next, ckpt = kern["mamba_fused_fwd"](
+                _np(xs), _np(dt_low), small[0], small[1], small[2], _np(Bm), _np(Cm), _np(xz),
+                d_inner, _np(D), _np(keep_c), _np(h), every,
+            )  # fmt: skip
+            out[:, s:e] = F.linear(torch.from_numpy(y), W_out, b_out)
+            starts.append(state)
+            ckpts.append(torch.from_numpy(ckpt))
+            state, h = torch.from_numpy(new_state), torch.from_numpy(h_next)
+        ctx.dims = (dt_rank, chunk, every)
+        ctx.starts, ctx.ckpts = starts, ckpts
+        ctx.has_bias = (b_in is not None, b_out is not None)
+        ctx.save_for_backward(x, keep, W_in, b_in, w_conv, b_conv, W_x, Wt_dt, b_dt, At, D, W_out)
+        return out, state, h.transpose(1, 2)
+
+    @staticmethod
+    def backward(ctx, dout, dstate, dh):  # type: ignore[override]
+        _set_numba_threads()
+        kern = _numba_kernels()
+        x, keep, W_in, b_in, w_conv, b_conv, W_x, Wt_dt, b_dt, At, D, W_out = ctx.saved_tensors
+        dt_rank, chunk, every = ctx.dims
+        batch, length, d_model = x.shape
+        d_inner = D.shape[0]
+        d_state, width = At.shape[0], w_conv.shape[0]
+        if dout is None:
+            dout = x.new_zeros(batch, length, W_out.shape[0])
+        g_state = x.new_zeros(batch, d_inner, width) if dstate is None else dstate.contiguous()
+        g_h = x.new_zeros(batch, d_state, d_inner) if dh is None else dh.transpose(1, 2)
+        g_h = g_h.contiguous()
+        small = [_np(t) for t in (Wt_dt, b_dt, At)]
+        conv_np = [_np(w_conv), _np(b_conv)]
+        dx = torch.empty_like(x)
+        dW_in, dW_x, dW_out = (torch.zeros_like(t) for t in (W_in, W_x, W_out))
+        db_in = x.new_zeros(W_in.shape[0])
+        db_out = x.new_zeros(W_out.shape[0])
+        per_row: list[Tensor | int] = [0] * 6  # dw_conv, db_conv, dWt, db_dt, dAt, dD
+        for c in range(len(ctx.starts) - 1, -1, -1):
+            s = c * chunk
+            e = min(length, s + chunk)
+            keep_c = keep[:, s:e].contiguous()
+            x_c = x[:, s:e].reshape(-1, d_model)
+            xz = F.linear(x_c, W_in, b_in).view(batch, e - s, 2 * d_inner)
+            hist = ctx.starts[c][:, :, 1:].transpose(1, 2).contiguous()
+            xs, _ = kern["conv_silu_fwd"](_np(xz), 0, *conv_np, _np(hist), _np(keep_c))
+            xs = torch.from_numpy(xs).view(-1, d_inner)
+            dt_low, Bm, Cm = (
+                t.contiguous().view(batch, e - s, -1)
+                for t in torch.split(F.linear(xs, W_x), [dt_rank, d_state, d_state], dim=-1)
+            )
+            dout_c = dout[:, s:e].reshape(-1, dout.shape[-1])
+            g_y = (dout_c @ W_out).view(batch, e - s, d_inner)
+            dxz = x.new_empty(batch, e - s, 2 * d_inner)  # d in_proj output: conv | gate
+            grads = kern["mamba_fused_bwd"](
+                _np(xs.view(batch, e - s, d_inner)), _np(dt_low), small[0], small[1], small[2],
+                _np(Bm), _np(Cm), _np(xz), d_inner, _np(D), _np(keep_c), _np(ctx.ckpts[c]),
+                _np(g_y), _np(g_h), every, _np(dxz), d_inner,
+            )  # fmt: skip
+            del g_y, dt_low, Bm, Cm
+            du, ddtl, dWt, ddbias, dAt, dDv, dB, dC, dh0, y = map(torch.from_numpy, grads)
+            dW_out.addmm_(dout_c.t(), y.view(-1, d_inner))
+            if ctx.has_bias[1]:
+                db_out += dout_c.sum(0)
+            del y, dout_c
+            d_dbl = torch.cat([ddtl, dB, dC], dim=-1).view(-1, W_x.shape[0])
+            dW_x.addmm_(d_dbl.t(), xs)
+            dxs = du.view(-1, d_inner).addmm_(d_dbl, W_x).view(batch, e - s, d_inner)
+            del xs, du, d_dbl
+            conv_grads = kern["conv_silu_bwd"](
+                _np(xz), 0, *conv_np, _np(hist), _np(keep_c), _np(dxs), _np(g_state), _np(dxz), 0
+            )
+            del xz, dxs
+            dw_conv, db_conv, dhist = map(torch.from_numpy, conv_grads)
+            dxz = dxz.view(-1, 2 * d_inner)
+            dW_in.addmm_(dxz.t(), x_c)
+            if ctx.has_bias[0]:
+                db_in += dxz.sum(0)
+            dx[:, s:e] = (dxz @ W_in).view(batch, e - s, d_model)
+            del dxz
+            for i, g in enumerate((dw_conv, db_conv, dWt, ddbias, dAt, dDv)):
+                per_row[i] = per_row[i] + g.sum(0)
+            g_h = dh0
+            g_state = torch.cat([x.new_zeros(batch, d_inner, 1), dhist.transpose(1, 2)], dim=-1)
+        dw_conv, db_conv, dWt, db_dt, dAt, dD = per_row
+        return (
+            dx, g_state, g_h.transpose(1, 2), None, dW_in, db_in if ctx.has_bias[0] else None,
+            dw_conv, db_conv, dW_x, dWt, db_dt, dAt, dD, dW_out,
+            db_out if ctx.has_bias[1] else None, None, None,
+        )  # fmt: skip
+
+
+def mamba_block_numba(
+    x: Tensor,
+    conv_state: Tensor,
+    h0: Tensor,
+    resets: Tensor | None,
+    in_proj: tuple[Tensor, Tensor | None],
+    conv: tuple[Tensor, Tensor | None],
+    x_proj_weight: Tensor,
+    dt_proj: tuple[Tensor, Tensor],
+    A: Tensor,
+    D: Tensor,
+    out_proj: tuple[Tensor, Tensor | None],
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A Mamba block's forward (``seqmodels.Mamba``'s, numba backend) in time windows of
+    ``MAMBA_BLOCK_TOKENS // B`` steps that keep no ``[B, L, d_inner]`` activation for backward.
+
+    x ``[B, L, d_model]``; conv_state ``[B, d_inner, d_conv]``; h0 ``[B, d_inner, d_state]``;
+    resets ``[B, L]`` or None; in_proj, conv (``[d_inner, 1, d_conv]`` weight), dt_proj and
+    out_proj as (weight, bias); A ``[d_inner, d_state]`` (= -exp(A_log)); D ``[d_inner]``.
+    Returns y ``[B, L, d_model]``, the new conv state and the last SSM state.
+    """
+    dtype = x.dtype
+    d_inner = D.shape[0]
+    W_in, b_in = (None if t is None else t.to(dtype) for t in in_proj)
+    W_out, b_out = (None if t is None else t.to(dtype) for t in out_proj)
+    conv_w, conv_b = conv
+    w_conv = conv_w[:, 0, :].t().to(dtype)  # [W, d_inner]
+    b_conv = x.new_zeros(d_inner) if conv_b is None else conv_b.to(dtype)
+    Wt_dt = dt_proj[0].t().to(dtype)  # [R, d_inner]
+    out, state, h_last = _NumbaMambaBlock.apply(
+        x, conv_state.to(dtype), h0.to(dtype), _keep_or_ones(resets, x), W_in, b_in, w_conv,
+        b_conv, x_proj_weight.to(dtype), Wt_dt, dt_proj[1].to(dtype), A.t().to(dtype),
+        D.to(dtype), W_out, b_out, Wt_dt.shape[0], max(1, MAMBA_BLOCK_TOKENS // x.shape[0]),
+    )  # fmt: skip
+    return out, state, h_last
 
 
 # --------------------------------------------------------------------------------------------
@@ -557,20 +1000,30 @@ def selective_state_update_gated(
     Bm: Tensor,
     Cm: Tensor,
     backend: str = "auto",
+    dt_bias: Tensor | None = None,
+    dt_softplus: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """The state update of :func:`selective_state_update` followed by the D skip and the SiLU
     gate: y = (C . h + D * x) * silu(z).
 
-    h ``[B, D, N]``; dt (after softplus), x, z ``[B, D]``; D ``[D]``; A ``[D, N]``; Bm, Cm
-    ``[B, N]`` -> (new h ``[B, D, N]``, gated y ``[B, D]``). One fused numba kernel on CPU
-    when no gradient is taken (rollouts), else torch ops.
+    h ``[B, D, N]``; dt, x, z ``[B, D]``; D ``[D]``; A ``[D, N]``; Bm, Cm ``[B, N]`` -> (new h
+    ``[B, D, N]``, gated y ``[B, D]``). The step size is ``dt + dt_bias`` (``dt_bias [D]`` or
+    None), passed through softplus when ``dt_softplus`` (mamba-ssm's ``selective_state_update``
+    convention). One fused numba kernel on CPU when no gradient is taken (rollouts), else torch.
     """
-    if _use_step_kernel(backend, [h, dt, x, z, A, D, Bm, Cm]):
+    tensors = [h, dt, x, z, A, D, Bm, Cm] + ([] if dt_bias is None else [dt_bias])
+    if _use_step_kernel(backend, tensors):
         _set_numba_threads()
         dtype = x.dtype
-        arrays = [_np(t.to(dtype)) for t in (h, dt, x, z, A, D, Bm, Cm)]
-        h_new, y = _numba_kernels()["mamba_step_gated"](*arrays)
+        bias = x.new_zeros(x.shape[-1]) if dt_bias is None else dt_bias.to(dtype)
+        h, dt, bias = (_np(t.to(dtype)) for t in (h, dt, bias))
+        rest = [_np(t.to(dtype)) for t in (x, z, A, D, Bm, Cm)]
+        h_new, y = _numba_kernels()["mamba_step_gated"](h, dt, bias, bool(dt_softplus), *rest)
         return torch.from_numpy(h_new), torch.from_numpy(y)
+    if dt_bias is not None:
+        dt = dt + dt_bias.to(dt.dtype)
+    if dt_softplus:
+        dt = torch.nn.functional.softplus(dt)
     h, y = selective_state_update(h, dt, x, A, Bm, Cm, backend=backend)
     return h, (y + D.to(x.dtype) * x) * torch.nn.functional.silu(z)
 
@@ -644,6 +1097,7 @@ def ssd_scan(
     resets: Tensor | None = None,
     backend: str = "auto",
     chunk_size: int = TORCH_CHUNK,
+    D: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Mamba2 (SSD, scalar A per head) scan with resets and an initial state.
 
@@ -656,26 +1110,37 @@ def ssd_scan(
         resets: ``[B, L]`` bool or None.
         backend: one of :data:`BACKENDS`.
         chunk_size: chunk length of the chunked torch path and the cuda kernel.
+        D: ``[H]`` or ``[H, P]`` skip weights, or None (no skip term); fused into the numba
+            kernels, added in torch on the other backends.
 
     Returns:
-        y ``[B, L, H, P]`` (without the D skip) and the last state ``[B, H, P, N]``.
+        y ``[B, L, H, P]`` (``C . h``, plus ``D * x`` when D is given) and the last state
+        ``[B, H, P, N]``.
     """
     name = resolve_backend(backend, x.device, x.dtype)
-    if name == "reference":
-        return ssd_scan_reference(x, dt, A, Bm, Cm, h0, resets)
     if name == "numba":
-        return ssd_scan_numba(x, dt, A, Bm, Cm, h0, resets)
-    if name == "cuda":
-        return ssd_scan_cuda(x, dt, A, Bm, Cm, h0, resets, chunk_size=chunk_size)
-    return ssd_scan_chunked(x, dt, A, Bm, Cm, h0, resets, chunk=chunk_size)
+        return ssd_scan_numba(x, dt, A, Bm, Cm, h0, resets, D=D)
+    if name == "reference":
+        y, h_last = ssd_scan_reference(x, dt, A, Bm, Cm, h0, resets)
+    elif name == "cuda":
+        y, h_last = ssd_scan_cuda(x, dt, A, Bm, Cm, h0, resets, chunk_size=chunk_size)
+    else:
+        y, h_last = ssd_scan_chunked(x, dt, A, Bm, Cm, h0, resets, chunk=chunk_size)
+    if D is not None:
+        y = y + x * D.to(x.dtype).reshape(x.shape[2], -1)
+    return y, h_last
 
 
 __all__ = [
     "BACKENDS",
+    "conv_silu_numba",
     "conv_step_silu",
+    "mamba_block_numba",
+    "mamba_inner_numba",
     "mamba_ssm_available",
     "numba_available",
     "resolve_backend",
+    "rmsnorm_gated_numba",
     "selective_scan",
     "selective_scan_chunked",
     "selective_scan_cuda",

@@ -14,9 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from seqmodels import Mamba, Mamba2, make_backbone
+from seqmodels import Mamba, Mamba2, RMSNormGated, make_backbone
 from seqmodels import scan as scan_mod
+from seqmodels.mamba import masked_causal_conv
 from seqmodels.scan import (
+    conv_silu_numba,
+    mamba_inner_numba,
+    rmsnorm_gated_numba,
     selective_scan,
     selective_scan_numba,
     selective_scan_reference,
@@ -373,6 +377,243 @@ def test_module_gradients_fast_path_match_reference(kind):
     for backend in ("chunked", "numba"):
         for k, g in grads["reference"].items():
             torch.testing.assert_close(grads[backend][k], g, rtol=1e-9, atol=1e-10, msg=k)
+
+
+# ------------------------------------------------------------------------------------------
+# fused numba kernels (conv + SiLU, gated RMSNorm, Mamba's gated inner part, SSD with D skip)
+# vs compositions of the torch references
+# ------------------------------------------------------------------------------------------
+
+
+def _loss_and_grads(outputs, leaves):
+    """A loss that weights every output entry differently; its gradients w.r.t. leaves."""
+    loss = sum(
+        (o * torch.cos(torch.arange(o.numel(), dtype=o.dtype) * (0.3 + i)).view_as(o)).sum()
+        for i, o in enumerate(outputs)
+    )
+    return torch.autograd.grad(loss, leaves)
+
+
+def _assert_same(got, want, names, tol=1e-10):
+    for name, a, b in zip(names, got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol, msg=f"mismatch in {name}")
+
+
+@pytest.mark.parametrize("length", [1, 2, 3, 9, 40])
+@pytest.mark.parametrize("use_bias", [True, False])
+@pytest.mark.parametrize("as_slice", [True, False])
+def test_conv_silu_numba_matches_masked_conv(length, use_bias, as_slice):
+    g = _gen(length)
+    B, C, W, S = 3, 5, 4, 11
+    src = torch.randn(B, length, S, generator=g, dtype=F64, requires_grad=True)
+    state = torch.randn(B, C, W, generator=g, dtype=F64, requires_grad=True)
+    weight = torch.randn(C, 1, W, generator=g, dtype=F64, requires_grad=True)
+    bias = torch.randn(C, generator=g, dtype=F64, requires_grad=True) if use_bias else None
+    resets = torch.rand(B, length, generator=g) < 0.25
+    leaves = [src, state, weight] + ([bias] if use_bias else [])
+
+    def run(fast):
+        buf = src * 1.0  # a non-leaf [B, L, S] buffer: x is read in place as its channel slice
+        x = buf[..., 4 : 4 + C] if as_slice else buf[..., 4 : 4 + C].contiguous()
+        if fast:
+            out, new_state = conv_silu_numba(x, state, weight, bias, resets)
+        else:
+            pre, new_state = masked_causal_conv(x, state, weight, bias, resets)
+            out = torch.nn.functional.silu(pre)
+        return [out, new_state, *_loss_and_grads([out, new_state], leaves)]
+
+    names = ["out", "state", "d src", "d state", "d weight", "d bias"][: 2 + len(leaves)]
+    _assert_same(run(True), run(False), names)
+
+
+@pytest.mark.parametrize("norm_before_gate", [False, True])
+@pytest.mark.parametrize("group_size", [4, 12])
+def test_rmsnorm_gated_numba_matches_module(norm_before_gate, group_size):
+    g = _gen(group_size)
+    norm = RMSNormGated(12, group_size=group_size, norm_before_gate=norm_before_gate, dtype=F64)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(12, generator=g, dtype=F64))
+    x = torch.randn(3, 7, 12, generator=g, dtype=F64, requires_grad=True)
+    src = torch.randn(3, 7, 20, generator=g, dtype=F64, requires_grad=True)
+
+    def run(fast):
+        z = (src * 1.0)[..., 3:15]
+        if fast:
+            out = rmsnorm_gated_numba(x, z, norm.weight, group_size, norm.eps, norm_before_gate)
+        else:
+            out = norm(x, z)
+        return [out, *_loss_and_grads([out], [x, src, norm.weight])]
+
+    _assert_same(run(True), run(False), ["out", "d x", "d z", "d weight"])
+
+
+def _inner_inputs(B=3, L=70, D=6, N=4, R=2, dtype=F64, seed=0):
+    g = _gen(seed)
+    u = torch.randn(B, L, D, generator=g, dtype=dtype)
+    dt_low = torch.randn(B, L, R, generator=g, dtype=dtype)
+    dt_weight = torch.randn(D, R, generator=g, dtype=dtype) * 0.5
+    dt_bias = torch.randn(D, generator=g, dtype=dtype) - 1
+    dt_bias[0] = 25.0  # softplus above torch's threshold of 20 (identity there)
+    A = -torch.rand(D, N, generator=g, dtype=dtype) * 2 - 0.05
+    Bm = torch.randn(B, L, N, generator=g, dtype=dtype)
+    Cm = torch.randn(B, L, N, generator=g, dtype=dtype)
+    zbuf = torch.randn(B, L, 2 * D, generator=g, dtype=dtype)
+    Dv = torch.randn(D, generator=g, dtype=dtype)
+    h0 = torch.randn(B, D, N, generator=g, dtype=dtype)
+    resets = torch.rand(B, L, generator=g) < 0.08
+    resets[0, 0] = True
+    return [u, dt_low, dt_weight, dt_bias, A, Bm, Cm, zbuf, Dv, h0], resets
+
+
+def _inner_composed(u, dt_low, dt_weight, dt_bias, A, Bm, Cm, z, Dv, h0, resets):
+    delta = torch.nn.functional.softplus(dt_low @ dt_weight.T + dt_bias)
+    y, h = selective_scan_reference(u, delta, A, Bm, Cm, h0, resets)
+    return (y + Dv * u) * torch.nn.functional.silu(z), h
+
+
+INNER_NAMES = ["u", "dt_low", "dt_weight", "dt_bias", "A", "B", "C", "z buffer", "D", "h0"]
+
+
+def test_mamba_inner_numba_matches_reference_float64(monkeypatch):
+    # several recomputed checkpoint chunks, resets, an initial state, z read in place from a
+    # [B, L, 2D] buffer, gradients w.r.t. every input
+    monkeypatch.setattr(scan_mod, "NUMBA_CHECKPOINT_EVERY", 16)
+    args, resets = _inner_inputs()
+    D = args[0].shape[-1]
+
+    def run(fn):
+        leaves = [a.clone().requires_grad_(True) for a in args]
+        z = (leaves[7] * 1.0)[..., D:]
+        y, h = fn(*leaves[:7], z, leaves[8], leaves[9], resets)
+        return [y, h, *_loss_and_grads([y, h], leaves)]
+
+    names = ["y", "h_last"] + [f"d {n}" for n in INNER_NAMES]
+    _assert_same(run(mamba_inner_numba), run(_inner_composed), names)
+
+
+def test_mamba_inner_numba_float32_close_to_float64_reference():
+    # float32 uses a polynomial softplus (relative error < 2e-8) and exp. With a delta of ~25 in
+    # one channel, dA sums products of O(100) over 200 steps with cancellation: the unfused
+    # float32 path (torch softplus + selective_scan_numba) is off by the same 1.8e-3 relative
+    # there, so the bound is relative to |reference| + 1.
+    args, resets = _inner_inputs(L=200, seed=1)
+    D = args[0].shape[-1]
+
+    def run(fn, dtype):
+        leaves = [a.to(dtype).requires_grad_(True) for a in args]
+        y, h = fn(*leaves[:7], leaves[7][..., D:], leaves[8], leaves[9], resets)
+        return [y, h, *_loss_and_grads([y, h], leaves)]
+
+    got = run(mamba_inner_numba, torch.float32)
+    want = run(_inner_composed, F64)
+    assert got[0].dtype == torch.float32
+    for name, a, b in zip(["y", "h_last", *INNER_NAMES], got, want, strict=True):
+        err = ((a.detach().double() - b).abs() / (b.abs() + 1)).max().item()
+        assert err < 5e-3, f"{name}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("d_shape", ["head", "channel"])
+def test_ssd_numba_with_D_matches_reference(d_shape, monkeypatch):
+    monkeypatch.setattr(scan_mod, "NUMBA_CHECKPOINT_EVERY", 16)
+    args = _ssd_inputs()
+    H, P = args[0].shape[2:]
+    Dv = torch.randn((H,) if d_shape == "head" else (H, P), generator=_gen(9), dtype=F64)
+
+    def run(backend):
+        leaves = [a.clone().requires_grad_(True) for a in [*args[:6], Dv]]
+        y, h = ssd_scan(*leaves[:6], args[6], backend=backend, D=leaves[6])
+        return [y, h, *_loss_and_grads([y, h], leaves)]
+
+    names = ["y", "h_last", "d x", "d dt", "d A", "d B", "d C", "d h0", "d D"]
+    _assert_same(run("numba"), run("reference"), names)
+
+
+def test_fused_kernels_gradcheck(monkeypatch):
+    monkeypatch.setattr(scan_mod, "NUMBA_CHECKPOINT_EVERY", 3)
+    args, resets = _inner_inputs(B=2, L=7, D=2, N=2, R=1, seed=3)
+    resets[1, 4] = True
+    D = args[0].shape[-1]
+    leaves = [a.clone().requires_grad_(True) for a in args]
+
+    def inner(*t):
+        return mamba_inner_numba(*t[:7], t[7][..., D:], t[8], t[9], resets)
+
+    assert torch.autograd.gradcheck(inner, leaves, eps=1e-6, atol=1e-8)
+    g = _gen(4)
+    src = torch.randn(2, 6, 7, generator=g, dtype=F64, requires_grad=True)
+    state = torch.randn(2, 3, 3, generator=g, dtype=F64, requires_grad=True)
+    weight = torch.randn(3, 1, 3, generator=g, dtype=F64, requires_grad=True)
+    bias = torch.randn(3, generator=g, dtype=F64, requires_grad=True)
+    conv_resets = torch.tensor([[False, False, True, False, False, False]] * 2)
+
+    def conv(s, st, w, b):
+        return conv_silu_numba(s[..., 2:5], st, w, b, conv_resets)
+
+    assert torch.autograd.gradcheck(conv, [src, state, weight, bias], eps=1e-6, atol=1e-8)
+    x = torch.randn(2, 3, 6, generator=g, dtype=F64, requires_grad=True)
+    w = torch.randn(6, generator=g, dtype=F64, requires_grad=True)
+    for before in (False, True):
+
+        def norm(x, s, w, before=before):
+            return rmsnorm_gated_numba(x, s[..., 1:7], w, 3, 1e-5, before)
+
+        assert torch.autograd.gradcheck(norm, [x, src[:, :3], w], eps=1e-6, atol=1e-8)
+    ssd_args = _ssd_inputs(B=2, L=7, H=2, P=2, G=1, N=2, seed=3, reset_p=0.2)
+    ssd_leaves = [a.clone().requires_grad_(True) for a in ssd_args[:6]]
+    Dv = torch.randn(2, 2, generator=g, dtype=F64, requires_grad=True)
+
+    def ssd(*t):
+        return ssd_scan_numba(*t[:6], ssd_args[6], D=t[6])
+
+    assert torch.autograd.gradcheck(ssd, [*ssd_leaves, Dv], eps=1e-6, atol=1e-8)
+
+
+MAMBA2_VARIANTS = [
+    dict(d_model=6, d_state=3, headdim=4, ngroups=3),
+    dict(d_model=8, d_state=4, headdim=4, ngroups=2, norm_before_gate=True, D_has_hdim=True),
+    dict(d_model=8, d_state=4, headdim=4, d_ssm=8, rmsnorm=False, conv_bias=False),
+]
+
+
+MAMBA_SMALL = dict(d_model=6, d_state=3, dt_rank=2)
+
+
+@pytest.mark.parametrize(
+    ("kind_cfg", "window_tokens"),
+    [
+        (("mamba", MAMBA_SMALL), None),  # one graph of fused kernels (conv, gated inner part)
+        (("mamba", dict(d_model=5, bias=True, conv_bias=False)), None),
+        (("mamba", MAMBA_SMALL), 2048),  # the windowed block, one window
+        (("mamba", MAMBA_SMALL), 10),  # windows of 5 steps
+        (("mamba", dict(d_model=5, bias=True, conv_bias=False)), 6),  # 3 steps < d_conv
+    ]
+    + [(("mamba2", c), None) for c in MAMBA2_VARIANTS],
+)
+def test_module_fused_path_gradients_all_inputs(kind_cfg, window_tokens, monkeypatch):
+    # the module's numba paths (Mamba: fused conv + gated inner part, or the whole block in
+    # time windows carrying the conv and SSM states; Mamba2: fused conv, SSD with D skip, gated
+    # norm) against the reference backend: outputs, both returned states, and gradients
+    # w.r.t. the input, both initial states and every parameter
+    if window_tokens is not None:
+        monkeypatch.setattr(scan_mod, "MAMBA_WINDOWED_MIN_TOKENS", 0)
+        monkeypatch.setattr(scan_mod, "MAMBA_BLOCK_TOKENS", window_tokens)
+    kind, cfg = kind_cfg
+    torch.manual_seed(3)
+    m = (Mamba if kind == "mamba" else Mamba2)(dtype=F64, **cfg)
+    B, L = 2, 23
+    x = torch.randn(B, L, cfg["d_model"], generator=_gen(8), dtype=F64)
+    resets = torch.rand(B, L, generator=_gen(9)) < 0.12
+    state = _rand_state(m, B)
+    results = {}
+    for backend in ("reference", "numba"):
+        m.backend = backend
+        leaves = [x.clone().requires_grad_(True), *(s.clone().requires_grad_(True) for s in state)]
+        y, (conv, ssm) = m(leaves[0], (leaves[1], leaves[2]), resets)
+        params = list(m.parameters())
+        results[backend] = [y, conv, ssm, *_loss_and_grads([y, conv, ssm], leaves + params)]
+    names = ["y", "conv state", "ssm state", "d x", "d conv0", "d ssm0"]
+    names += [n for n, _ in m.named_parameters()]
+    _assert_same(results["numba"], results["reference"], names, tol=1e-9)
 
 
 # ------------------------------------------------------------------------------------------
