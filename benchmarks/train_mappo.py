@@ -86,11 +86,13 @@ def throughput(args: argparse.Namespace) -> None:
     # full iterations, alternating the parallel update (critic epochs and each agent type's
     # actor in threads, the default) with the sequential one (same maths) as the same-run peer
     modes = (True, False) if cfg.parallel_update else (False,)
+    actor_parallel = algo.actor.parallel  # False for backbones that must not run in 2 threads
     elapsed = dict.fromkeys(modes, 0.0)
     parts = {"collect": 0.0, "update": 0.0}
     for i in range(args.updates):
         for parallel in modes:
-            algo.parallel = algo.actor.parallel = parallel
+            algo.parallel = parallel
+            algo.actor.parallel = parallel and actor_parallel
             t = time.perf_counter()
             m = algo.iteration(i / args.updates)
             elapsed[parallel] += time.perf_counter() - t

@@ -95,7 +95,10 @@ class ActorUpdater:
         # CPU for these small networks)
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, eps=1e-5, fused=True)
         self.recurrent = policy.is_recurrent
-        self.parallel = bool(cfg.parallel_update)
+        # agent types side by side only where their backbones may run in two threads at once
+        self.parallel = bool(cfg.parallel_update) and all(
+            bool(getattr(actor.backbone, "thread_safe", True)) for actor in policy.actors.values()
+        )
         self.seq_len = cfg.seq_len if self.recurrent else 1
         self.burn_in = cfg.burn_in if self.recurrent else 0
 

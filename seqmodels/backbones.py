@@ -66,6 +66,8 @@ class Backbone(nn.Module):
     output_dim: int
     is_recurrent: bool
     input_dim: int
+    #: Whether two instances may run forward/backward in two Python threads at the same time.
+    thread_safe: bool = True
 
     def _check_seq(self, x: object, state: Any, resets: object) -> tuple[Tensor, Tensor | None]:
         if not isinstance(x, Tensor):
@@ -205,6 +207,9 @@ class MambaBackbone(Backbone):
     """
 
     is_recurrent = True
+    # seqmodels' numba CPU kernels run on numba's workqueue threading layer, which terminates
+    # the process when entered from two Python threads at once
+    thread_safe = False
 
     def __init__(
         self,

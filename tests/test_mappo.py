@@ -306,3 +306,20 @@ def test_parallel_update_error_reaches_the_caller(monkeypatch):
     monkeypatch.setattr(MAPPO, "update_critic", _critic_job_error)
     with pytest.raises(FloatingPointError, match="critic thread"):
         algo.iteration(0.0)
+
+
+@pytest.mark.parametrize("backbone", ["mamba", "mamba2"])
+def test_parallel_update_runs_mamba_types_one_after_another(backbone):
+    """seqmodels' numba kernels must not be entered from two threads at once (numba's
+    workqueue layer aborts the process): with mamba backbones the agent types are updated in
+    turn, the critic still in its thread, and the results equal the sequential update's."""
+    results = []
+    for parallel in (False, True):
+        torch.manual_seed(0)
+        algo = MAPPO(_cfg(backbone=backbone, seq_len=4, parallel_update=parallel), None)
+        assert algo.actor.parallel is False
+        assert algo.parallel is parallel
+        algo.iteration(0.0)
+        results.append(algo)
+    for a, b in zip(results[0].policy.parameters(), results[1].policy.parameters(), strict=True):
+        assert torch.equal(a, b)
