@@ -38,12 +38,21 @@ if "NUMBA_THREADING_LAYER" not in os.environ:
 
 
 # --- vectorisable exp -----------------------------------------------------------------------
-# fexp(x) = 2^k * exp(r), k = round(x / ln2), r = x - k ln2 (Cody-Waite split of ln2), exp(r) by
-# its Taylor polynomial on |r| <= ln2/2 (degree 7 in float32: relative error < 1e-7; degree 12
-# in float64: < 3e-16), 2^k assembled in the exponent bits of the rounding shifter. Pure
-# arithmetic and bit casts, so LLVM vectorises the loops that call it without fastmath (libm's
-# exp is a scalar call). x is clamped to [xmin, xmax]: exp(xmin) ~ 1e-38 (float32) / 1e-308
-# (float64) stands for 0 (the scans only ever need x = dt * A <= 0).
+# fexp(x) = 2^k * exp(r), k = round(x / ln2), r = x - k ln2 (Cody-Waite split of ln2); fexp2(t)
+# = 2^k * 2^f, k = round(t), f = t - k (exact). exp(r) on |r| <= ln2/2 and 2^f on |f| <= 1/2 by
+# polynomials: float32 minimax, degree 6 for exp (relative error < 2e-9 before rounding; results
+# within 1.1e-7 of exp) and degree 5 for 2^f (9.2e-8; results within 1.9e-7, 1.6 ulp: one FMA
+# less in the scans' inner loops); float64 Taylor to degree 12 (< 3e-16). Pure arithmetic, so LLVM
+# vectorises the loops that call them without fastmath (libm's exp is a scalar call). float32
+# scales by 2^k by adding k to the exponent bits of the polynomial's value (an integer add, no
+# multiply); where exp is not a normal float fexp gives 0 (x < -87.34) and fexp2 a value below
+# 2^-126 (t in (-127, -126), 0 from -127 on): error < 1.2e-38, no denormal arithmetic later;
+# large arguments are clamped (88 / 127: never +inf). float64 multiplies
+# by 2^k built in the exponent bits of the rounding shifter, x clamped to [-708, 709].
+# The scans need exp(dt * A) (dt * A <= 0) for every state entry: they call
+# fexp2(dt * (A * exp_scale(dt))), exp_scale = log2(e) for float32 (the reduction costs one add
+# and one subtraction instead of three FMAs) and 1 for float64 (fexp2 = fexp there, so the
+# float64 kernels compute exactly what they computed with fexp).
 
 
 @intrinsic
@@ -83,12 +92,44 @@ def fexp(x):
     return math.exp(x)
 
 
+def fexp2(t):
+    """2**t (float32) / exp(t) (float64) inside the kernels: exp(x) = fexp2(x * exp_scale(x))
+    (see the comment above)."""
+    return math.exp(t)
+
+
+def exp_scale(x):
+    """log2(e) as a float32 for a float32 x, 1.0 for a float64 (see :func:`fexp2`)."""
+    return 1.0
+
+
 _F32 = np.float32
 _LOG2E_32, _SHIFT_32 = _F32(1.4426950408889634), _F32(12582912.0)  # 1.5 * 2**23
 _LN2_HI_32, _LN2_LO_32 = _F32(0.693359375), _F32(-2.12194440e-4)
-_XMIN_32, _XMAX_32 = _F32(-87.0), _F32(88.0)
-_C32 = [_F32(1.0 / math.factorial(i)) for i in range(8)]
-_C32_2, _C32_3, _C32_4, _C32_5, _C32_6, _C32_7 = _C32[2:]
+_XMIN_32, _XMAX_32, _XLOW_32 = _F32(-87.5), _F32(88.0), _F32(-87.33654)  # exp(_XLOW) ~ 2^-126
+_TMIN_32, _TMAX_32 = _F32(-127.0), _F32(127.0)
+# minimax coefficients of exp(r) = 1 + r q(r) on |r| <= ln2/2 and 2^f = 1 + f q(f) on |f| <= 1/2
+_E1, _E2, _E3, _E4, _E5, _E6 = (
+    _F32(c)
+    for c in (
+        1.000000032166063,
+        0.4999999420896534,
+        0.16666431257679418,
+        0.04166800203203498,
+        0.008374155741652806,
+        0.0013843655228710514,
+    )
+)
+_Q1, _Q2, _Q3, _Q4, _Q5 = (
+    _F32(c)
+    for c in (
+        0.6931469775929374,
+        0.24022242073257205,
+        0.055507337458014616,
+        0.00967151343541178,
+        0.0013264729182036541,
+    )
+)
 _ONE_32 = _F32(1.0)
 _LOG2E_64, _SHIFT_64 = 1.4426950408889634, 6755399441055744.0  # 1.5 * 2**52
 _LN2_HI_64, _LN2_LO_64 = 6.93147180369123816490e-01, 1.90821492927058770002e-10
@@ -96,6 +137,37 @@ _C64 = [1.0 / math.factorial(i) for i in range(13)]
 (_C64_2, _C64_3, _C64_4, _C64_5, _C64_6, _C64_7, _C64_8, _C64_9, _C64_10, _C64_11, _C64_12) = _C64[
     2:
 ]
+
+
+@numba.njit(cache=True, fastmath=_FM, inline="always")
+def _scale_exp32(p, s, keep):
+    """p * 2^k for p in [0.7, 1.42], k the integer in s = k + 1.5 * 2**23 (|k| <= 127): k added to
+    the exponent bits of p (the shifter's bits, shifted left by 23, are k's); 0 where not keep
+    (a bit mask: a branch here trips numba's SSA check inside parallel loops)."""
+    bits = np.int64(_float_bits(p)) + (np.int64(_float_bits(s)) << 23)
+    return _bits_float(np.int32(bits & -np.int64(keep)))
+
+
+@numba.njit(cache=True, fastmath=_FM, inline="always")
+def _fexp64(x):
+    v = min(max(x, -708.0), 709.0)
+    s = v * _LOG2E_64 + _SHIFT_64
+    k = s - _SHIFT_64
+    r = (v - k * _LN2_HI_64) - k * _LN2_LO_64
+    p = _C64_12 * r + _C64_11
+    p = p * r + _C64_10
+    p = p * r + _C64_9
+    p = p * r + _C64_8
+    p = p * r + _C64_7
+    p = p * r + _C64_6
+    p = p * r + _C64_5
+    p = p * r + _C64_4
+    p = p * r + _C64_3
+    p = p * r + _C64_2
+    p = p * r + 1.0
+    p = p * r + 1.0
+    bits = (_float_bits(s) - 0x4338000000000000 + 1023) << 52
+    return p * _bits_float(bits)
 
 
 @overload(fexp, inline="always")
@@ -107,40 +179,47 @@ def _fexp_impl(x):
             s = v * _LOG2E_32 + _SHIFT_32
             k = s - _SHIFT_32
             r = (v - k * _LN2_HI_32) - k * _LN2_LO_32
-            p = _C32_7 * r + _C32_6
-            p = p * r + _C32_5
-            p = p * r + _C32_4
-            p = p * r + _C32_3
-            p = p * r + _C32_2
-            p = p * r + _ONE_32
-            p = p * r + _ONE_32
-            bits = (np.int64(_float_bits(s)) - 0x4B400000 + 127) << 23
-            return p * _bits_float(np.int32(bits))
+            q = _E6 * r + _E5
+            q = q * r + _E4
+            q = q * r + _E3
+            q = q * r + _E2
+            q = q * r + _E1
+            return _scale_exp32(q * r + _ONE_32, s, x >= _XLOW_32)
 
         return impl32
     if x == types.float64:
+        return lambda x: _fexp64(x)
+    return None
 
-        def impl64(x):
-            v = min(max(x, -708.0), 709.0)
-            s = v * _LOG2E_64 + _SHIFT_64
-            k = s - _SHIFT_64
-            r = (v - k * _LN2_HI_64) - k * _LN2_LO_64
-            p = _C64_12 * r + _C64_11
-            p = p * r + _C64_10
-            p = p * r + _C64_9
-            p = p * r + _C64_8
-            p = p * r + _C64_7
-            p = p * r + _C64_6
-            p = p * r + _C64_5
-            p = p * r + _C64_4
-            p = p * r + _C64_3
-            p = p * r + _C64_2
-            p = p * r + 1.0
-            p = p * r + 1.0
-            bits = (_float_bits(s) - 0x4338000000000000 + 1023) << 52
-            return p * _bits_float(bits)
 
-        return impl64
+@overload(fexp2, inline="always")
+def _fexp2_impl(t):
+    if t == types.float32:
+
+        def impl32(t):
+            # clamped at -127: k = -127 comes with f >= 0 (p >= 1), and 2^-127 * p is assembled
+            # with a zero exponent field (0 at t = -127 exactly, a value < 2^-126 above)
+            v = min(max(t, _TMIN_32), _TMAX_32)
+            s = v + _SHIFT_32
+            f = v - (s - _SHIFT_32)
+            q = _Q5 * f + _Q4
+            q = q * f + _Q3
+            q = q * f + _Q2
+            q = q * f + _Q1
+            return _scale_exp32(q * f + _ONE_32, s, True)
+
+        return impl32
+    if t == types.float64:
+        return lambda t: _fexp64(t)
+    return None
+
+
+@overload(exp_scale, inline="always")
+def _exp_scale_impl(x):
+    if x == types.float32:
+        return lambda x: _LOG2E_32
+    if x == types.float64:
+        return lambda x: 1.0
     return None
 
 
@@ -839,6 +918,7 @@ def mamba_fused_fwd(u, dtl, Wt, dbias, At, Bm, Cm, zsrc, zoff, Dv, keep, h0, eve
     y = np.empty((batch, length, d_inner), dtype=u.dtype)
     h_last = np.empty((batch, d_state, d_inner), dtype=u.dtype)
     ckpt = np.empty((batch, n_ckpt, d_state, d_inner), dtype=u.dtype)
+    A2 = At * exp_scale(one)  # exp(dt * A) = fexp2(dt * A2)
     for b in prange(batch):
         h = h0[b].copy()
         dl = np.empty(d_inner, dtype=u.dtype)
@@ -865,10 +945,10 @@ def mamba_fused_fwd(u, dtl, Wt, dbias, At, Bm, Cm, zsrc, zoff, Dv, keep, h0, eve
             for n in range(d_state):
                 bn = Bm[b, t, n]
                 cn = Cm[b, t, n]
-                an = At[n]
+                an = A2[n]
                 hn = h[n]
                 for d in range(d_inner):
-                    hv = fexp(dl[d] * an[d]) * hn[d] + dtu[d] * bn
+                    hv = fexp2(dl[d] * an[d]) * hn[d] + dtu[d] * bn
                     hn[d] = hv
                     acc[d] += hv * cn
             zr = zsrc[b, t, zoff : zoff + d_inner]
@@ -907,6 +987,7 @@ def mamba_fused_bwd(
     dC = np.empty((batch, length, d_state), dtype=u.dtype)
     y = np.empty_like(u)
     dh0 = np.empty((batch, d_state, d_inner), dtype=u.dtype)
+    A2 = At * exp_scale(one)  # exp(dt * A) = fexp2(dt * A2)
     for b in prange(batch):
         gh = dh_last[b].copy()
         hs = np.empty((every + 1, d_state, d_inner), dtype=u.dtype)
@@ -948,9 +1029,9 @@ def mamba_fused_bwd(
                     dtu[d] = delta * ur[d]
                 for n in range(d_state):
                     bn = Bm[b, t, n]
-                    an = At[n]
+                    an2 = A2[n]
                     for d in range(d_inner):
-                        a = k * fexp(deltas[i, d] * an[d])
+                        a = k * fexp2(deltas[i, d] * an2[d])
                         decays[i, n, d] = a
                         hs[i + 1, n, d] = a * hs[i, n, d] + dtu[d] * bn
             for i in range(stop - start - 1, -1, -1):
