@@ -16,7 +16,8 @@ One update reads top to bottom in :meth:`MAPPO.iteration`:
    penalty cost-to-go being the discounted sum of ``-reward_penalty`` within the episode,
    whitened per agent type; then the optional optimism offset ``A + b``;
 5. ``epochs`` of clipped policy updates over minibatches (windows of ``seq_len`` steps with
-   stored initial states for recurrent backbones) and ``value_epochs`` of value updates.
+   stored initial states for recurrent backbones) and ``value_epochs`` of value updates, the
+   two in separate threads with ``parallel_update`` (same results, see :class:`_Job`).
 
 Value targets are normalised by :class:`marl.objectives.ValueNorm` when ``value_norm``.
 """
@@ -78,7 +79,12 @@ class ActorUpdater:
     ``update(batch, advantages, ...)`` takes per-type advantages ``[T, E, n_k]`` and runs
     ``epochs`` x ``num_minibatches`` steps over units (single steps for the mlp backbone,
     windows of ``seq_len`` (+ ``burn_in``) steps with stored initial states for recurrent
-    ones). Optional extra loss terms come from ``extra_loss(type_name, units, logp, dist)``.
+    ones). Optional extra loss terms come from ``extra_loss(type_name, idx, logp, dist)``.
+
+    Each agent type's share of a minibatch is its own forward and backward
+    (:meth:`_type_backward`); with ``parallel`` (``cfg.parallel_update`` and thread-safe
+    backbones) the types run in threads, combined in a fixed order, so the results do not
+    depend on the threading.
     """
 
     def __init__(
