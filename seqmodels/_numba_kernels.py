@@ -647,13 +647,22 @@ def mamba_step_gated(h, dt, dt_bias, softplus, xs, z, A, Dv, Bm, Cm):
     Returns new h [B, D, N] and y = (C . h + D * xs) * silu(z) [B, D].
 
     The exp of the state update runs in one flat loop over the D * N entries of a row (a loop
-    over N alone, 16 long, is too short for the vectoriser).
+    over N alone, 16 long, is too short for the vectoriser), as fexp2(dt * A * log2 e) (float32;
+    float64 fexp, see exp_scale). C . h runs over blocks of 8 channels with one accumulator each:
+    eight independent FMA chains instead of one serial chain per channel (without reassociating
+    fast-math a single chain is latency-bound; measured 6.9 -> 4.8 ms at B=1024, D=128, N=16).
+    Each channel still sums over n in order.
     """
     batch, d_inner, d_state = h.shape
     size = d_inner * d_state
     one = h.dtype.type(1)
     h_new = np.empty_like(h)
     y = np.empty((batch, d_inner), dtype=h.dtype)
+    a_scaled = np.empty(size, dtype=h.dtype)
+    for d in range(d_inner):
+        for n in range(d_state):
+            a_scaled[d * d_state + n] = A[d, n] * exp_scale(A[d, n])
+    stop = d_inner - d_inner % 8
     for b in prange(batch):
         step = np.empty(d_inner, dtype=h.dtype)
         arg = np.empty(size, dtype=h.dtype)
@@ -665,14 +674,41 @@ def mamba_step_gated(h, dt, dt_bias, softplus, xs, z, A, Dv, Bm, Cm):
             dtv = step[d]
             dtx = dtv * xs[b, d]
             for n in range(d_state):
-                arg[d * d_state + n] = dtv * A[d, n]
+                arg[d * d_state + n] = dtv * a_scaled[d * d_state + n]
                 inp[d * d_state + n] = dtx * Bm[b, n]
         h_row = h[b].reshape(size)
         new_row = h_new[b].reshape(size)
         for j in range(size):
-            new_row[j] = fexp(arg[j]) * h_row[j] + inp[j]
+            new_row[j] = fexp2(arg[j]) * h_row[j] + inp[j]
         hn = h_new[b]
-        for d in range(d_inner):
+        for d0 in range(0, stop, 8):
+            a0 = Dv[d0] * xs[b, d0]
+            a1 = Dv[d0 + 1] * xs[b, d0 + 1]
+            a2 = Dv[d0 + 2] * xs[b, d0 + 2]
+            a3 = Dv[d0 + 3] * xs[b, d0 + 3]
+            a4 = Dv[d0 + 4] * xs[b, d0 + 4]
+            a5 = Dv[d0 + 5] * xs[b, d0 + 5]
+            a6 = Dv[d0 + 6] * xs[b, d0 + 6]
+            a7 = Dv[d0 + 7] * xs[b, d0 + 7]
+            for n in range(d_state):
+                c = Cm[b, n]
+                a0 += hn[d0, n] * c
+                a1 += hn[d0 + 1, n] * c
+                a2 += hn[d0 + 2, n] * c
+                a3 += hn[d0 + 3, n] * c
+                a4 += hn[d0 + 4, n] * c
+                a5 += hn[d0 + 5, n] * c
+                a6 += hn[d0 + 6, n] * c
+                a7 += hn[d0 + 7, n] * c
+            step[d0] = a0
+            step[d0 + 1] = a1
+            step[d0 + 2] = a2
+            step[d0 + 3] = a3
+            step[d0 + 4] = a4
+            step[d0 + 5] = a5
+            step[d0 + 6] = a6
+            step[d0 + 7] = a7
+        for d in range(stop, d_inner):
             acc = Dv[d] * xs[b, d]
             for n in range(d_state):
                 acc += hn[d, n] * Cm[b, n]

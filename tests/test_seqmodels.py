@@ -320,6 +320,28 @@ def test_step_loop_equals_forward(kind, backend):
     torch.testing.assert_close(state[1], _rand_state(m, B)[1])
 
 
+def test_mamba_step_float32_close_to_float64_reference():
+    # The float32 step kernel (polynomial softplus / exp2, C . h in blocks of 8 channels):
+    # d_inner = 44 = 5 blocks of 8 + 4 left over; 40 steps from a random state against the
+    # float64 reference loop. float32 rounding of O(1) values over 40 decaying steps: 1e-4.
+    torch.manual_seed(3)
+    ref = Mamba(d_model=22, d_state=16, dtype=F64, backend="reference")
+    fast = Mamba(d_model=22, d_state=16, dtype=torch.float32, backend="numba")
+    fast.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    B, L = 5, 40
+    x = torch.randn(B, L, 22, generator=_gen(4), dtype=F64)
+    resets = torch.rand(B, L, generator=_gen(6)) < 0.1
+    s_ref = _rand_state(ref, B)
+    s32 = tuple(t.float() for t in s_ref)
+    with torch.no_grad():
+        for t in range(L):
+            y_ref, s_ref = ref.step(x[:, t], s_ref, resets[:, t])
+            y32, s32 = fast.step(x[:, t].float(), s32, resets[:, t])
+            assert y32.dtype == torch.float32
+            torch.testing.assert_close(y32.double(), y_ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(s32[1].double(), s_ref[1], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("backend", ["reference", "numba"])
 @pytest.mark.parametrize("kind", ["mamba", "mamba2"])
 def test_reset_equals_separate_runs_from_zero_state(kind, backend):
