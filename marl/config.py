@@ -40,6 +40,7 @@ DEMO_MAX_TIME = 180.0
 
 ALGOS = ("mappo", "grpo")
 BACKBONES = ("mlp", "gru", "mamba", "mamba2")
+ACTIVATIONS = ("tanh", "relu")
 # The scheme names are marl.whitening's (one source of truth): a scheme added there is
 # selectable here.
 WHITENING_SCHEMES = _whitening.SCHEMES
@@ -108,6 +109,12 @@ class TrainConfig:
     backbone: str = _f("mlp", "Actor backbone (seqmodels.backbones).", choices=BACKBONES)
     hidden_dim: int = _f(64, "Actor backbone width.")
     critic_hidden_dim: int = _f(64, "Centralised critic MLP width.")
+    activation: str = _f(
+        "tanh",
+        "Hidden activation of the centralised critic's MLP and of the mlp/gru actor backbones "
+        "(the mamba/mamba2 blocks keep their own SiLU).",
+        choices=ACTIVATIONS,
+    )
     seq_len: int = _f(
         16,
         "Training window length for recurrent backbones (must divide rollout_steps); for every "

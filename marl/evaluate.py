@@ -174,7 +174,9 @@ def load_run_policy(run_dir: str, device: str = "cpu") -> tuple[MultiAgentPolicy
     cfg = config_from_dict(load_config(os.path.join(run_dir, "config.yaml")))
     ckpt = load_checkpoint(latest_path(run_dir))
     vec = make_vector_env(cfg.env_fn, 1, cfg.env, autoreset=False)
-    policy = MultiAgentPolicy(AgentLayout.from_env(vec), cfg.backbone, cfg.hidden_dim).to(device)
+    policy = MultiAgentPolicy(
+        AgentLayout.from_env(vec), cfg.backbone, cfg.hidden_dim, cfg.activation
+    ).to(device)
     policy.load_state_dict(ckpt["algo"]["policy"])
     return policy, cfg, ckpt
 

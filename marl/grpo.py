@@ -785,7 +785,9 @@ class GRPO:
         self.num_groups = cfg.num_envs // cfg.group_size
         self.vec = make_vector_env(cfg.env_fn, cfg.num_envs, cfg.env, autoreset=False)
         self.layout = AgentLayout.from_env(self.vec)
-        self.policy = MultiAgentPolicy(self.layout, cfg.backbone, cfg.hidden_dim).to(self.device)
+        self.policy = MultiAgentPolicy(
+            self.layout, cfg.backbone, cfg.hidden_dim, cfg.activation
+        ).to(self.device)
         self.offset = (
             OptimismOffset(cfg.optimism_offset).to(self.device)
             if cfg.optimism_offset is not None

@@ -381,10 +381,12 @@ class MAPPO:
         self.parallel = bool(cfg.parallel_update)
         self.vec = make_vector_env(cfg.env_fn, cfg.num_envs, cfg.env)
         self.layout = AgentLayout.from_env(self.vec)
-        self.policy = MultiAgentPolicy(self.layout, cfg.backbone, cfg.hidden_dim).to(self.device)
+        self.policy = MultiAgentPolicy(
+            self.layout, cfg.backbone, cfg.hidden_dim, cfg.activation
+        ).to(self.device)
         N = self.layout.n_agents
         self.critic = CentralCritic(
-            self.layout.state_dim, N, cfg.critic_hidden_dim, cfg.value_ensemble
+            self.layout.state_dim, N, cfg.critic_hidden_dim, cfg.value_ensemble, cfg.activation
         ).to(self.device)
         self.offset = (
             OptimismOffset(cfg.optimism_offset).to(self.device)

@@ -39,12 +39,31 @@ import inspect
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqmodels.mamba import Mamba, Mamba2, _check_resets
 
 KINDS = ("mlp", "gru", "mamba", "mamba2")
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU, "gelu": nn.GELU}
+
+
+# functional forms of the activation modules (same operation, no module call overhead)
+_FUNCTIONAL = {nn.Tanh: torch.tanh, nn.ReLU: torch.relu, nn.SiLU: F.silu}
+
+
+def _run_mlp(net: nn.Sequential, x: Tensor) -> Tensor:
+    """``net(x)`` for a Sequential of Linear and activation modules, through the functional
+    forms (the same operations; saves the per-module call overhead, which dominates a rollout
+    step's small matmuls)."""
+    for layer in net:
+        kind = type(layer)
+        if kind is nn.Linear:
+            x = F.linear(x, layer.weight, layer.bias)
+        else:
+            fn = _FUNCTIONAL.get(kind)
+            x = fn(x) if fn is not None else layer(x)
+    return x
 
 
 def _activation(name: str) -> nn.Module:
@@ -113,14 +132,14 @@ class MLPBackbone(Backbone):
     ) -> tuple[Tensor, tuple[Tensor, ...]]:
         """x ``[B, input_dim]`` -> (y ``[B, hidden_dim]``, ())."""
         x, _ = self._check_step(x, reset)
-        return self.net(x), ()
+        return _run_mlp(self.net, x), ()
 
     def forward(
         self, x: Tensor, state: tuple[Tensor, ...] | None = None, resets: Tensor | None = None
     ) -> tuple[Tensor, tuple[Tensor, ...]]:
         """x ``[B, L, input_dim]`` -> (y ``[B, L, hidden_dim]``, ())."""
         x, _ = self._check_seq(x, state, resets)
-        return self.net(x), ()
+        return _run_mlp(self.net, x), ()
 
 
 class GRUBackbone(Backbone):

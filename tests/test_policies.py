@@ -85,3 +85,47 @@ def test_critic_shapes():
     critic = CentralCritic(state_dim=10, n_agents=3, hidden_dim=8, ensemble=2)
     team, ind = critic(torch.randn(5, 4, 10))
     assert team.shape == (5, 4, 2) and ind.shape == (5, 4, 3, 2)
+
+
+@pytest.mark.parametrize("backbone", ["mlp", "gru"])
+def test_actor_act_equals_step_then_sample(backbone):
+    # the rollout path (TypeActor.act, masking in place, no distribution object) draws the
+    # same actions with the same generator and returns the same log-probs and state
+    torch.manual_seed(1)
+    layout = AgentLayout.from_env(vector_env(2))
+    actor = MultiAgentPolicy(layout, backbone, hidden_dim=16).actors["picker"]
+    E, n = 5, actor.n_agents
+    obs = torch.randn(E, n, actor.obs_dim)
+    mask = torch.rand(E, n, actor.n_actions) < 0.6
+    mask[0, 0] = False  # an all-masked row: uniform
+    state = tuple(torch.randn_like(s) for s in actor.initial_state(E))
+    reset = torch.tensor([True, False, False, True, False])
+    for deterministic in (False, True):
+        g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+        a, logp, s = actor.act(
+            obs, mask, state, reset, deterministic=deterministic, generator=g1
+        )
+        with torch.no_grad():
+            dist, s_ref = actor.step(obs, mask, state, reset)
+            a_ref = dist.mode() if deterministic else dist.sample(g2)
+        assert torch.equal(a, a_ref)
+        assert torch.equal(logp, dist.log_prob(a_ref))
+        for x, y in zip(s, s_ref, strict=True):
+            assert torch.equal(x, y)
+        assert mask.gather(-1, a.unsqueeze(-1))[1:].all(), "a masked action was chosen"
+    with pytest.raises(ValueError, match="mask shape"):
+        actor.act(obs, mask[..., :-1], state, reset)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_activation_reaches_actor_backbones_and_critic(activation):
+    layout = AgentLayout.from_env(vector_env(2))
+    cls = torch.nn.Tanh if activation == "tanh" else torch.nn.ReLU
+    for backbone in ("mlp", "gru"):
+        policy = MultiAgentPolicy(layout, backbone, 16, activation)
+        acts = [m for m in policy.modules() if isinstance(m, (torch.nn.Tanh, torch.nn.ReLU))]
+        assert acts and all(isinstance(m, cls) for m in acts)
+    critic = CentralCritic(10, 3, 8, activation=activation)
+    assert sum(isinstance(m, cls) for m in critic.trunk) == 2
+    with pytest.raises(ValueError, match="activation must be one of"):
+        CentralCritic(10, 3, 8, activation="sigmoid")
