@@ -10,7 +10,7 @@ Throughput (one process, same run): agent-steps per second of
 
 printed with the ratios train/env, train/rollout and parallel/sequential::
 
-    python benchmarks/train_mappo.py throughput [--updates 8] [--num-envs 64] [--threads 1]
+    python benchmarks/train_mappo.py throughput [--updates 8] [--num-envs E] [--threads 1]
 
 Learning: ``python -m marl.train`` runs (subprocesses, one after another) for several seeds,
 then the scripted heuristic and the random policy on the same validation seeds; prints the
@@ -52,12 +52,12 @@ def throughput(args: argparse.Namespace) -> None:
     from marl.config import parse_cli
     from marl.mappo import MAPPO
 
+    sizes = [] if args.num_envs is None else ["--num-envs", str(args.num_envs)]
+    if args.rollout_steps is not None:
+        sizes += ["--rollout-steps", str(args.rollout_steps)]
     cfg = parse_cli(
         [
-            "--num-envs",
-            str(args.num_envs),
-            "--rollout-steps",
-            str(args.rollout_steps),
+            *sizes,
             "--progress",
             "false",
             "--torch-threads",
@@ -228,8 +228,8 @@ def main() -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("throughput")
     t.add_argument("--updates", type=int, default=8)
-    t.add_argument("--num-envs", type=int, default=32)
-    t.add_argument("--rollout-steps", type=int, default=64)
+    t.add_argument("--num-envs", type=int, default=None, help="E (default: the trainer's)")
+    t.add_argument("--rollout-steps", type=int, default=None, help="T (default: the trainer's)")
     t.add_argument("--threads", type=int, default=1)
     t.add_argument("extra", nargs="*", help="extra train flags after --")
     lp = sub.add_parser("learn")

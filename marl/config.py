@@ -29,6 +29,7 @@ __all__ = [
     "RECIPES",
     "parse_cli",
     "load_config",
+    "load_run_config",
     "config_to_dict",
     "config_from_dict",
     "validate_config",
@@ -41,6 +42,15 @@ DEMO_MAX_TIME = 180.0
 ALGOS = ("mappo", "grpo")
 BACKBONES = ("mlp", "gru", "mamba", "mamba2")
 ACTIVATIONS = ("tanh", "relu")
+#: Defaults that differ by algorithm (the fields default to None, filled in at construction).
+#: MAPPO: 64 envs x 32 steps (the same 2048 env steps per update as 32 x 64, with half the
+#: per-step dispatch overhead) and ReLU (the MAPPO paper's default; torch's tanh is ~15x
+#: slower than relu on these CPUs), chosen for throughput and re-validated on the learning
+#: benchmarks (BENCHMARKS.md); GRPO keeps the settings its results were measured with.
+ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
+    "mappo": {"num_envs": 64, "activation": "relu"},
+    "grpo": {"num_envs": 32, "activation": "tanh"},
+}
 # The scheme names are marl.whitening's (one source of truth): a scheme added there is
 # selectable here.
 WHITENING_SCHEMES = _whitening.SCHEMES
@@ -103,16 +113,23 @@ class TrainConfig:
     env: dict = _f(
         {}, "Environment keyword arguments (YAML 'env:' mapping; CLI '--env.KEY VALUE')."
     )
-    num_envs: int = _f(32, "Number of vectorised environments E.")
-    rollout_steps: int = _f(64, "Steps T per rollout (one update uses T*E env steps).")
+    num_envs: int | None = _f(
+        None,
+        "Number of vectorised environments E (none: the algorithm's default, "
+        f"{ALGO_DEFAULTS['mappo']['num_envs']} for mappo, {ALGO_DEFAULTS['grpo']['num_envs']} "
+        "for grpo).",
+    )
+    rollout_steps: int = _f(32, "Steps T per rollout (one update uses T*E env steps).")
     # ---- model -----------------------------------------------------------------------------
     backbone: str = _f("mlp", "Actor backbone (seqmodels.backbones).", choices=BACKBONES)
     hidden_dim: int = _f(64, "Actor backbone width.")
     critic_hidden_dim: int = _f(64, "Centralised critic MLP width.")
-    activation: str = _f(
-        "tanh",
+    activation: str | None = _f(
+        None,
         "Hidden activation of the centralised critic's MLP and of the mlp/gru actor backbones "
-        "(the mamba/mamba2 blocks keep their own SiLU).",
+        "(the mamba/mamba2 blocks keep their own SiLU); none: the algorithm's default, "
+        f"{ALGO_DEFAULTS['mappo']['activation']} for mappo (the MAPPO paper's), "
+        f"{ALGO_DEFAULTS['grpo']['activation']} for grpo.",
         choices=ACTIVATIONS,
     )
     seq_len: int = _f(
@@ -207,6 +224,13 @@ class TrainConfig:
     )
 
     # ---- derived helpers (not fields) ------------------------------------------------------
+    def __post_init__(self) -> None:
+        # fields left at None take the algorithm's default (an unknown algo is reported by
+        # validate_config)
+        for name, value in ALGO_DEFAULTS.get(self.algo, {}).items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
+
     @property
     def resolved_value_epochs(self) -> int:
         """Value epochs (falls back to ``epochs``)."""
@@ -347,6 +371,20 @@ def load_config(path: str) -> dict[str, Any]:
                 f"--config {path!r}: unknown key {key!r}; known keys: {', '.join(FIELDS)}"
             )
         out[name] = _coerce(name, value)
+    return out
+
+
+#: Values of fields added after runs were first written, as those runs used them: a run
+#: directory's config.yaml without the key was trained with this value (not today's default).
+LEGACY_RUN_VALUES: dict[str, Any] = {"activation": "tanh"}
+
+
+def load_run_config(run_dir: str) -> dict[str, Any]:
+    """A run directory's resolved ``config.yaml`` (as :func:`load_config`), with the values
+    older runs were trained with for fields their config.yaml predates."""
+    out = load_config(os.path.join(run_dir, "config.yaml"))
+    for name, value in LEGACY_RUN_VALUES.items():
+        out.setdefault(name, value)
     return out
 
 
@@ -594,7 +632,7 @@ def parse_cli(argv: list[str] | None = None) -> TrainConfig:
         path = os.path.join(ns.resume, "config.yaml")
         if not os.path.isfile(path):
             raise ConfigError(f"--resume {ns.resume!r}: no config.yaml in that directory")
-        base = load_config(path)
+        base = load_run_config(ns.resume)
         base["run_dir"] = ns.resume
     if ns.config is not None:
         explicit.update(load_config(ns.config))

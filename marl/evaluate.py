@@ -169,9 +169,9 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
 def load_run_policy(run_dir: str, device: str = "cpu") -> tuple[MultiAgentPolicy, Any, dict]:
     """(policy with the latest checkpoint's weights, its TrainConfig, the checkpoint)."""
     from marl.checkpoint import latest_path, load_checkpoint
-    from marl.config import config_from_dict, load_config
+    from marl.config import config_from_dict, load_run_config
 
-    cfg = config_from_dict(load_config(os.path.join(run_dir, "config.yaml")))
+    cfg = config_from_dict(load_run_config(run_dir))
     ckpt = load_checkpoint(latest_path(run_dir))
     vec = make_vector_env(cfg.env_fn, 1, cfg.env, autoreset=False)
     policy = MultiAgentPolicy(

@@ -102,9 +102,7 @@ def test_actor_act_equals_step_then_sample(backbone):
     reset = torch.tensor([True, False, False, True, False])
     for deterministic in (False, True):
         g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
-        a, logp, s = actor.act(
-            obs, mask, state, reset, deterministic=deterministic, generator=g1
-        )
+        a, logp, s = actor.act(obs, mask, state, reset, deterministic=deterministic, generator=g1)
         with torch.no_grad():
             dist, s_ref = actor.step(obs, mask, state, reset)
             a_ref = dist.mode() if deterministic else dist.sample(g2)

@@ -465,3 +465,21 @@ def test_bad_env_kwargs_fail_before_any_work(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--env" in err and "grid_size" in err
     assert not run.exists()
+
+
+def test_algorithm_defaults_and_runs_written_before_the_activation_field(tmp_path):
+    from marl.config import config_to_dict, load_run_config
+
+    mappo, grpo = parse_cli([]), parse_cli(["--algo", "grpo"])
+    assert (mappo.num_envs, mappo.activation) == (64, "relu")
+    assert (grpo.num_envs, grpo.activation) == (32, "tanh")
+    assert parse_cli(["--num-envs", "16", "--activation", "tanh"]).activation == "tanh"
+    assert TrainConfig().num_envs == 64 and TrainConfig(algo="grpo").num_envs == 32
+    # a run directory whose config.yaml predates the field was trained with tanh: resuming or
+    # re-evaluating it must rebuild tanh networks, not today's default
+    old = config_to_dict(parse_cli(["--num-envs", "8"]))
+    del old["activation"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
+    assert load_run_config(str(tmp_path))["activation"] == "tanh"
+    assert parse_cli(["--resume", str(tmp_path)]).activation == "tanh"
+    assert parse_cli(["--resume", str(tmp_path), "--activation", "relu"]).activation == "relu"
