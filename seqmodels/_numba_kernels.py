@@ -996,9 +996,42 @@ def mamba_fused_fwd(u, dtl, Wt, dbias, At, Bm, Cm, zsrc, zoff, Dv, keep, h0, eve
     return y, h_last, ckpt
 
 
+# Reassociation ("reassoc") lets LLVM vectorise a sum over an array (several vector partial sums
+# added at the end). It is allowed only in this helper, which holds nothing but the sum of
+# products (in the kernels it would also reorder the exp's argument reduction): it changes the
+# order of one dot product's additions, an error within d * eps * sum |a b| like the sequential
+# sum's. Not inlined at numba's level, so its flags stay its own (LLVM inlines it, flags kept).
+_FM_SUM = {"contract", "reassoc"}
+
+
+@numba.njit(cache=True, fastmath=_FM_SUM)
+def _dot(a, b):
+    """sum(a * b) of two 1-D arrays of the same length (vectorised, see _FM_SUM)."""
+    s = a.dtype.type(0)
+    for i in range(a.shape[0]):
+        s += a[i] * b[i]
+    return s
+
+
 @numba.njit(parallel=True, cache=True, fastmath=_FM)
 def mamba_fused_bwd(
-    u, dtl, Wt, dbias, At, Bm, Cm, zsrc, zoff, Dv, keep, ckpt, dy, dh_last, every, dzdst, dzoff
+    u,
+    dtl,
+    Wt,
+    dbias,
+    At,
+    Bm,
+    Cm,
+    zsrc,
+    zoff,
+    Dv,
+    keep,
+    ckpt,
+    dy,
+    dh_last,
+    every,
+    dzdst,
+    dzoff,
 ):
     """Backward of :func:`mamba_fused_fwd` (dy [B, L, D], dh_last [B, N, D]).
 
@@ -1007,11 +1040,21 @@ def mamba_fused_bwd(
     ddbias [B, D], dA [B, N, D], dD [B, D]; dB, dC [B, L, N]; dh0 [B, N, D]; and the
     forward's output y [B, L, D] again (recomputed on the way, for out_proj's weight gradient
     when the caller did not keep it).
+
+    Per chunk of ``every`` steps: the states and decays recomputed forward from the checkpoint
+    (hs [every + 1, N, D], decays [every, N, D]), then the reverse recurrence. Its loop over
+    the channels takes two state rows at a time, so the per-channel sums over n (ddt, dxs) are
+    loaded and stored once per two rows (the loop is store-bound: 3 stores per row and
+    channel instead of 7); the sums over channels (dB, dC, ddtl) are separate vectorised dot
+    products (:func:`_dot`) instead of product arrays summed by :func:`_lane_sum`:
+    dC[n] = gy . h[n], dB[n] = (gh[n] + gy C[n]) . dtu = gh[n] . dtu + C[n] (gy . dtu) with gh
+    the state gradient before the step's update.
     """
     batch, length, d_inner = u.shape
     d_state = At.shape[0]
     rank = Wt.shape[0]
     n_ckpt = ckpt.shape[1]
+    n_pairs = d_state - d_state % 2
     one = u.dtype.type(1)
     du = np.empty_like(u)
     ddtl = np.empty_like(dtl)
@@ -1033,11 +1076,10 @@ def mamba_fused_bwd(
         dl = np.empty(d_inner, dtype=u.dtype)
         dtu = np.empty(d_inner, dtype=u.dtype)
         gy = np.empty(d_inner, dtype=u.dtype)
+        sz = np.empty(d_inner, dtype=u.dtype)  # sigmoid(z)
         yacc = np.empty(d_inner, dtype=u.dtype)
         ddt = np.empty(d_inner, dtype=u.dtype)
         dxs = np.empty(d_inner, dtype=u.dtype)
-        prod_b = np.empty(d_inner, dtype=u.dtype)
-        prod_c = np.empty(d_inner, dtype=u.dtype)
         dA_b = dA[b]
         dW_b = dWt[b]
         db_b = ddbias[b]
@@ -1076,43 +1118,65 @@ def mamba_fused_bwd(
                 zr = zsrc[b, t, zoff : zoff + d_inner]
                 dyr = dy[b, t]
                 delr = deltas[i]
+                h_now = hs[i + 1]
+                h_before = hs[i]
+                dec = decays[i]
                 for d in range(d_inner):
                     zv = zr[d]
-                    gy[d] = dyr[d] * (zv / (one + fexp(-zv)))  # d loss / d (C . h + D u)
+                    sig = one / (one + fexp(-zv))
+                    sz[d] = sig
+                    gy[d] = dyr[d] * (zv * sig)  # d loss / d (C . h + D u)
                     dtu[d] = delr[d] * ur[d]
                     ddt[d] = 0
                     dxs[d] = 0
-                    yacc[d] = 0
+                # (gh is still the gradient after this step: dB's part of it first)
+                gy_dtu = _dot(gy, dtu)
                 for n in range(d_state):
-                    bn = Bm[b, t, n]
+                    dC[b, t, n] = _dot(gy, h_now[n])
+                    dB[b, t, n] = _dot(gh[n], dtu) + Cm[b, t, n] * gy_dtu
+                yacc[:] = 0
+                for n in range(d_state):
                     cn = Cm[b, t, n]
-                    an = At[n]
-                    h_now = hs[i + 1, n]
-                    h_before = hs[i, n]
-                    dec = decays[i, n]
-                    ghr = gh[n]
-                    dAr = dA_b[n]
+                    hr = h_now[n]
+                    for d in range(d_inner):
+                        yacc[d] += hr[d] * cn
+                for n in range(0, n_pairs, 2):
+                    m = n + 1
+                    b0, b1 = Bm[b, t, n], Bm[b, t, m]
+                    c0, c1 = Cm[b, t, n], Cm[b, t, m]
                     for d in range(d_inner):
                         g = gy[d]
-                        hv = h_now[d]
-                        ghn = ghr[d] + g * cn
-                        yacc[d] += hv * cn
-                        prod_c[d] = g * hv
-                        tmp = ghn * h_before[d] * dec[d]
-                        ddt[d] += tmp * an[d]  # (+ u * dxs below: the input's part)
-                        dAr[d] += tmp * delr[d]
-                        prod_b[d] = ghn * dtu[d]
-                        dxs[d] += ghn * bn
-                        ghr[d] = ghn * dec[d]
-                    dC[b, t, n] = _lane_sum(prod_c)
-                    dB[b, t, n] = _lane_sum(prod_b)
+                        g0 = gh[n, d] + g * c0  # d loss / d h[n] after the step
+                        g1 = gh[m, d] + g * c1
+                        q0 = g0 * dec[n, d]  # ... before the step
+                        q1 = g1 * dec[m, d]
+                        gh[n, d] = q0
+                        gh[m, d] = q1
+                        p0 = q0 * h_before[n, d]  # d loss / d (dt A[n]) = q h_before
+                        p1 = q1 * h_before[m, d]
+                        dA_b[n, d] += p0 * delr[d]
+                        dA_b[m, d] += p1 * delr[d]
+                        # (+ u * dxs below: the input's part of d loss / d dt)
+                        ddt[d] = (ddt[d] + p0 * At[n, d]) + p1 * At[m, d]
+                        dxs[d] = (dxs[d] + g0 * b0) + g1 * b1
+                for n in range(n_pairs, d_state):  # an odd last row
+                    bn = Bm[b, t, n]
+                    cn = Cm[b, t, n]
+                    for d in range(d_inner):
+                        g0 = gh[n, d] + gy[d] * cn
+                        q0 = g0 * dec[n, d]
+                        gh[n, d] = q0
+                        p0 = q0 * h_before[n, d]
+                        dA_b[n, d] += p0 * delr[d]
+                        ddt[d] += p0 * At[n, d]
+                        dxs[d] += g0 * bn
                 dur = du[b, t]
                 dzr = dzdst[b, t, dzoff : dzoff + d_inner]
                 yr = y[b, t]
                 dsr = dsoft[i]
                 for d in range(d_inner):
                     zv = zr[d]
-                    sig = one / (one + fexp(-zv))
+                    sig = sz[d]
                     pre = yacc[d] + Dv[d] * ur[d]
                     yr[d] = pre * zv * sig
                     dzr[d] = dyr[d] * pre * sig * (one + zv * (one - sig))
@@ -1124,11 +1188,9 @@ def mamba_fused_bwd(
                     db_b[d] += dv
                 for r in range(rank):
                     dr = dtl[b, t, r]
-                    wr = Wt[r]
                     dWr = dW_b[r]
                     for d in range(d_inner):
                         dWr[d] += ddt[d] * dr
-                        prod_b[d] = ddt[d] * wr[d]
-                    ddtl[b, t, r] = _lane_sum(prod_b)
+                    ddtl[b, t, r] = _dot(ddt, Wt[r])
         dh0[b] = gh
     return du, ddtl, dWt, ddbias, dA, dD, dB, dC, dh0, y
