@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from marl.config import ConfigError, parse_cli
+from marl.config import ConfigError, TrainConfig, parse_cli
 from marl.train import main
 
 TINY = [
@@ -39,7 +39,8 @@ def test_cli_rejects_value_head_options_for_grpo(flag, value):
 def test_cli_grpo_recipe_keeps_applicable_parts():
     cfg = parse_cli(["--algo", "grpo", "--recipe", "calibrated"])
     assert cfg.adv_clip == 5.0 and cfg.optimism_offset == 0.5 and cfg.whitening == "batch"
-    assert cfg.value_clip is None and cfg.value_epochs is None  # value-head parts not applied
+    # value-head parts not applied (the recipe's 4 value epochs, value clip 0.1)
+    assert cfg.value_clip is None and cfg.value_epochs == TrainConfig().value_epochs != 4
     with pytest.raises(ConfigError, match="kl-beta"):
         parse_cli(["--algo", "mappo", "--kl-beta", "0.1"])
 
