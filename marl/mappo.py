@@ -362,12 +362,29 @@ def _step(
         from marl.distributed import average_gradients
 
         average_gradients(params, ctx)
-    with_grad = [p for p in params if p.grad is not None]
-    norm = torch.nn.utils.clip_grad_norm_(
-        with_grad, max_norm if max_norm is not None else float("inf")
-    )
+    norm = clip_grad_norm([p.grad for p in params if p.grad is not None], max_norm)
     optimizer.step()
     return float(norm)
+
+
+def clip_grad_norm(grads: list[Tensor], max_norm: float | None) -> Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` on the gradients themselves, the same operations
+    (the 2-norm of the per-tensor 2-norms; ``grads *= min(max_norm / (norm + 1e-6), 1)``) without
+    its per-call grouping by device and dtype, which costs more than the arithmetic for a few
+    small tensors (~0.2 ms per call). ``max_norm=None``: the norm only. Returns the norm before
+    clipping (a 0-dim tensor)."""
+    if not grads:
+        return torch.tensor(0.0)
+    if len({(g.device, g.dtype) for g in grads}) > 1:  # mixed: torch's grouping
+        bound = float("inf") if max_norm is None else max_norm
+        params = [nn.Parameter(torch.empty_like(g)) for g in grads]
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g  # the gradient tensors themselves: clipped in place
+        return torch.nn.utils.clip_grad_norm_(params, bound)
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    if max_norm is not None:
+        torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+    return norm
 
 
 class MAPPO:

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 __all__ = [
     "MASK_LOGIT",
     "gumbel_max",
+    "neg_gumbel_noise",
     "masked_log_probs",
     "AgentLayout",
     "TypeSpec",
@@ -116,12 +117,27 @@ def masked_log_probs(logits: Tensor, mask: Tensor | None, *, inplace: bool = Fal
     return torch.log_softmax(logits, dim=-1)
 
 
-def gumbel_max(log_probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """A sample of the categorical ``log_probs[..., A]`` by the Gumbel-max trick, ``[...]``."""
-    u = torch.rand(log_probs.shape, generator=generator, device=log_probs.device)
-    # log_probs + Gumbel noise, the noise -log(-log u) built in place: log(-log u) is
-    # subtracted (exactly the same values as adding its negation)
-    neg_gumbel = u.clamp_(1e-20, 1.0 - 1e-7).log_().neg_().log_()
+def neg_gumbel_noise(
+    shape: tuple[int, ...],
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """Negated standard Gumbel noise ``log(-log u)``, u uniform, of ``shape`` (built in place)."""
+    u = torch.rand(shape, generator=generator, device=device)
+    return u.clamp_(1e-20, 1.0 - 1e-7).log_().neg_().log_()
+
+
+def gumbel_max(
+    log_probs: Tensor,
+    generator: torch.Generator | None = None,
+    neg_gumbel: Tensor | None = None,
+) -> Tensor:
+    """A sample of the categorical ``log_probs[..., A]`` by the Gumbel-max trick, ``[...]``:
+    ``argmax(log_probs + g)``, with ``g = -neg_gumbel`` (drawn here unless given, e.g. drawn
+    for a whole rollout at once by :func:`neg_gumbel_noise`)."""
+    if neg_gumbel is None:
+        neg_gumbel = neg_gumbel_noise(log_probs.shape, generator, log_probs.device)
+    # subtracting log(-log u) gives exactly the same values as adding its negation
     return (log_probs - neg_gumbel).argmax(dim=-1)
 
 
@@ -231,13 +247,16 @@ class TypeActor(nn.Module):
         *,
         deterministic: bool = False,
         generator: torch.Generator | None = None,
+        neg_gumbel: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
         """Rollout step without autograd: the same actions, log-probs and state as :meth:`step`
         followed by ``sample`` / ``mode`` and ``log_prob`` (the same operations on the same
         values), in fewer operations (the masking in place, no distribution object).
 
         obs ``[E, n_k, D]``, mask ``[E, n_k, A]`` bool, reset ``[E]`` -> (actions ``[E, n_k]``
-        long, log-probs ``[E, n_k]``, new state).
+        long, log-probs ``[E, n_k]``, new state). ``neg_gumbel`` ``[E, n_k, A]``: the sampling
+        noise, drawn in advance (:func:`neg_gumbel_noise`); None: drawn here from
+        ``generator``.
         """
         E = obs.shape[0]
         x = self.inputs(obs).reshape(E * self.n_agents, -1)
@@ -251,7 +270,10 @@ class TypeActor(nn.Module):
                 f"mask shape {tuple(mask.shape)} != logits shape {tuple(logits.shape)}"
             )
         log_probs = masked_log_probs(logits, mask.bool(), inplace=True)
-        a = log_probs.argmax(dim=-1) if deterministic else gumbel_max(log_probs, generator)
+        if deterministic:
+            a = log_probs.argmax(dim=-1)
+        else:
+            a = gumbel_max(log_probs, generator, neg_gumbel)
         return a, log_probs.gather(-1, a.unsqueeze(-1)).squeeze(-1), state
 
     def sequence(
@@ -323,8 +345,10 @@ class MultiAgentPolicy(nn.Module):
         *,
         deterministic: bool = False,
         generator: torch.Generator | None = None,
+        neg_gumbel: dict[str, Tensor] | None = None,
     ) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, tuple[Tensor, ...]]]:
-        """Sample actions for every type: returns (actions ``[E, n_k]``, log-probs, new state)."""
+        """Sample actions for every type: returns (actions ``[E, n_k]``, log-probs, new state).
+        ``neg_gumbel``: per type, sampling noise drawn in advance (see :meth:`TypeActor.act`)."""
         actions, logps, new_state = {}, {}, {}
         for name, actor in self.actors.items():
             actions[name], logps[name], new_state[name] = actor.act(
@@ -334,6 +358,7 @@ class MultiAgentPolicy(nn.Module):
                 reset,
                 deterministic=deterministic,
                 generator=generator,
+                neg_gumbel=None if neg_gumbel is None else neg_gumbel[name],
             )
         return actions, logps, new_state
 

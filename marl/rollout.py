@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from marl.policies import AgentLayout, MultiAgentPolicy
+from marl.policies import AgentLayout, MultiAgentPolicy, neg_gumbel_noise
 
 __all__ = [
     "make_vector_env",
@@ -260,6 +260,10 @@ class RolloutCollector:
         need_state = store_state or value_fn is not None
         state_buf = None
         vt = vi = nvt = nvi = None
+        # the sampling noise of the whole rollout in one draw per type (fewer small ops per step)
+        noise = {
+            t.name: neg_gumbel_noise((T, E, t.n_agents, t.n_actions), device=dev) for t in types
+        }
         wanted = {int(s): i for i, s in enumerate(window_state_steps)}
         window_states: dict[str, list] = {t.name: [None] * len(wanted) for t in types}
         episodes: list[dict[str, float]] = []
@@ -282,7 +286,11 @@ class RolloutCollector:
                 mask_buf[t.name][step] = mask_t[t.name]
             reset = self.episode_start if self.policy.is_recurrent else None
             actions, logps, self.policy_state = self.policy.act(
-                obs_t, mask_t, self.policy_state, reset
+                obs_t,
+                mask_t,
+                self.policy_state,
+                reset,
+                neg_gumbel={name: n[step] for name, n in noise.items()},
             )
             for t in types:
                 act_buf[t.name][step] = actions[t.name]

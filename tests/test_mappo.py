@@ -323,3 +323,34 @@ def test_parallel_update_runs_mamba_types_one_after_another(backbone):
         results.append(algo)
     for a, b in zip(results[0].policy.parameters(), results[1].policy.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 100.0, None])
+def test_clip_grad_norm_matches_torch(max_norm):
+    from marl.mappo import clip_grad_norm
+
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s)) for s in [(5, 3), (3,), (7, 2, 2)]]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    ref = [p.grad.clone() for p in params]
+    ref_params = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    for p, g in zip(ref_params, ref, strict=True):
+        p.grad = g
+    want = torch.nn.utils.clip_grad_norm_(
+        ref_params, float("inf") if max_norm is None else max_norm
+    )
+    got = clip_grad_norm([p.grad for p in params], max_norm)
+    assert torch.equal(got, want)
+    for p, q in zip(params, ref_params, strict=True):
+        assert torch.equal(p.grad, q.grad)
+    # mixed dtypes go through torch's grouping: same norm, gradients clipped in place
+    mixed = [torch.randn(4, dtype=torch.float64), torch.randn(3)]
+    ref_mixed = [torch.nn.Parameter(g.clone()) for g in mixed]
+    for p, g in zip(ref_mixed, mixed, strict=True):
+        p.grad = g.clone()
+    want = torch.nn.utils.clip_grad_norm_(ref_mixed, 1.0)
+    got = clip_grad_norm(mixed, 1.0)
+    assert torch.equal(got, want)
+    for g, p in zip(mixed, ref_mixed, strict=True):
+        assert torch.equal(g, p.grad)

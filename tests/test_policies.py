@@ -7,7 +7,13 @@ import pytest
 import torch
 from test_train_fakeenv import vector_env
 
-from marl.policies import AgentLayout, CentralCritic, MaskedCategorical, MultiAgentPolicy
+from marl.policies import (
+    AgentLayout,
+    CentralCritic,
+    MaskedCategorical,
+    MultiAgentPolicy,
+    neg_gumbel_noise,
+)
 
 
 def test_masked_categorical_matches_numpy_over_allowed_actions():
@@ -111,6 +117,10 @@ def test_actor_act_equals_step_then_sample(backbone):
         for x, y in zip(s, s_ref, strict=True):
             assert torch.equal(x, y)
         assert mask.gather(-1, a.unsqueeze(-1))[1:].all(), "a masked action was chosen"
+        if not deterministic:  # the same noise drawn in advance (as rollouts do) -> same result
+            noise = neg_gumbel_noise(tuple(mask.shape), torch.Generator().manual_seed(7))
+            a2, logp2, _ = actor.act(obs, mask, state, reset, neg_gumbel=noise)
+            assert torch.equal(a2, a) and torch.equal(logp2, logp)
     with pytest.raises(ValueError, match="mask shape"):
         actor.act(obs, mask[..., :-1], state, reset)
 
