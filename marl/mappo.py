@@ -452,9 +452,24 @@ class MAPPO:
         self.last_advantages: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     # -- values ---------------------------------------------------------------------------
+    @torch.no_grad()
     def _values(self, state: Tensor) -> tuple[Tensor, Tensor]:
-        """Critic outputs (normalised space when value_norm): ``[..., K]``, ``[..., N, K]``."""
-        return self.critic(state)
+        """Critic outputs for the rollout's states (normalised space when value_norm):
+        ``state [M, S]`` -> ``[M, K]``, ``[M, N, K]``. With ``parallel`` the two halves of a
+        large batch run side by side (the rollout leaves the second core idle)."""
+        if not self.parallel or state.shape[0] < 1024:
+            return self.critic(state)
+        half = state.shape[0] // 2
+        job = _Job(self._values_no_grad, state[half:], threaded=True)
+        try:
+            head = self.critic(state[:half])
+        finally:
+            tail = job.result()
+        return torch.cat([head[0], tail[0]]), torch.cat([head[1], tail[1]])
+
+    def _values_no_grad(self, state: Tensor) -> tuple[Tensor, Tensor]:
+        with torch.no_grad():  # grad mode is per thread
+            return self.critic(state)
 
     def _denorm(self, team: Tensor, ind: Tensor) -> tuple[Tensor, Tensor]:
         if self.value_norm_team is None:
