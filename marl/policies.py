@@ -18,14 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = [
     "MASK_LOGIT",
     "gumbel_max",
     "neg_gumbel_noise",
-    "masked_log_probs",
     "AgentLayout",
     "TypeSpec",
     "MaskedCategorical",
@@ -36,7 +34,6 @@ __all__ = [
 
 #: Logit given to masked actions: large and negative but finite (no -inf NaNs).
 MASK_LOGIT = -1e9
-_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}  # the critic trunk's choices
 
 
 @dataclass(frozen=True)
@@ -106,17 +103,6 @@ class AgentLayout:
         return AgentLayout(agents, tuple(types), state_dim)
 
 
-def masked_log_probs(logits: Tensor, mask: Tensor | None, *, inplace: bool = False) -> Tensor:
-    """``log_softmax`` of ``logits[..., A]`` with the actions where ``mask`` is False set to
-    :data:`MASK_LOGIT` (``inplace``: in ``logits`` itself, which then must not need grad)."""
-    if mask is not None:
-        if inplace:
-            logits = logits.masked_fill_(~mask, MASK_LOGIT)
-        else:
-            logits = logits.masked_fill(~mask, MASK_LOGIT)
-    return torch.log_softmax(logits, dim=-1)
-
-
 def neg_gumbel_noise(
     shape: tuple[int, ...],
     generator: torch.Generator | None = None,
@@ -141,6 +127,11 @@ def gumbel_max(
     return (log_probs - neg_gumbel).argmax(dim=-1)
 
 
+def _check_mask(mask: Tensor, logits: Tensor) -> None:
+    if mask.shape != logits.shape:
+        raise ValueError(f"mask shape {tuple(mask.shape)} != logits shape {tuple(logits.shape)}")
+
+
 class MaskedCategorical:
     """Categorical over ``logits[..., A]`` restricted to ``mask[..., A]`` (True = allowed).
 
@@ -152,14 +143,11 @@ class MaskedCategorical:
 
     def __init__(self, logits: Tensor, mask: Tensor | None = None) -> None:
         if mask is not None:
-            if mask.shape != logits.shape:
-                raise ValueError(
-                    f"mask shape {tuple(mask.shape)} != logits shape {tuple(logits.shape)}"
-                )
+            _check_mask(mask, logits)
             mask = mask.bool()
             logits = logits.masked_fill(~mask, MASK_LOGIT)
         self.logits = logits
-        self.log_probs = masked_log_probs(logits, None)
+        self.log_probs = torch.log_softmax(logits, dim=-1)
         self.mask = mask
 
     @property
@@ -230,12 +218,18 @@ class TypeActor(nn.Module):
 
         obs ``[E, n_k, D]``, mask ``[E, n_k, A]``, reset ``[E]`` -> dist over ``[E, n_k]``.
         """
+        logits, state = self._step_logits(obs, state, reset)
+        return MaskedCategorical(logits, mask), state
+
+    def _step_logits(
+        self, obs: Tensor, state: tuple[Tensor, ...], reset: Tensor | None
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """obs ``[E, n_k, D]`` -> (logits ``[E, n_k, A]``, new state): one backbone step."""
         E = obs.shape[0]
         x = self.inputs(obs).reshape(E * self.n_agents, -1)
         r = None if reset is None else reset.repeat_interleave(self.n_agents)
         y, state = self.backbone.step(x, state, r)
-        logits = self.head(y).reshape(E, self.n_agents, self.n_actions)
-        return MaskedCategorical(logits, mask), state
+        return self.head(y).reshape(E, self.n_agents, self.n_actions), state
 
     @torch.no_grad()
     def act(
@@ -258,18 +252,10 @@ class TypeActor(nn.Module):
         noise, drawn in advance (:func:`neg_gumbel_noise`); None: drawn here from
         ``generator``.
         """
-        E = obs.shape[0]
-        x = self.inputs(obs).reshape(E * self.n_agents, -1)
-        r = None if reset is None else reset.repeat_interleave(self.n_agents)
-        y, state = self.backbone.step(x, state, r)
-        logits = F.linear(y, self.head.weight, self.head.bias).reshape(
-            E, self.n_agents, self.n_actions
-        )
-        if mask.shape != logits.shape:
-            raise ValueError(
-                f"mask shape {tuple(mask.shape)} != logits shape {tuple(logits.shape)}"
-            )
-        log_probs = masked_log_probs(logits, mask.bool(), inplace=True)
+        logits, state = self._step_logits(obs, state, reset)
+        _check_mask(mask, logits)
+        # masked in place (the logits are this call's own), as MaskedCategorical does
+        log_probs = torch.log_softmax(logits.masked_fill_(~mask.bool(), MASK_LOGIT), dim=-1)
         if deterministic:
             a = log_probs.argmax(dim=-1)
         else:
@@ -382,14 +368,13 @@ class CentralCritic(nn.Module):
     ):
         super().__init__()
         self.n_agents, self.ensemble = n_agents, ensemble
-        act = _ACTIVATIONS.get(activation)
-        if act is None:
-            raise ValueError(f"activation must be one of {tuple(_ACTIVATIONS)}, got {activation!r}")
+        from seqmodels.backbones import _activation  # the backbones' activation modules
+
         self.trunk = nn.Sequential(
             nn.Linear(state_dim, hidden_dim),
-            act(),
+            _activation(activation),
             nn.Linear(hidden_dim, hidden_dim),
-            act(),
+            _activation(activation),
         )
         for m in self.trunk:
             if isinstance(m, nn.Linear):
