@@ -84,21 +84,30 @@ def throughput(args: argparse.Namespace) -> None:
         algo.collector.collect(cfg.rollout_steps, value_fn=algo._values)
     roll_sps = steps * cfg.num_envs * n_agents / (time.perf_counter() - t)
     # full iterations, alternating the parallel update (critic epochs and each agent type's
-    # actor in threads, the default) with the sequential one (same maths) as the same-run peer
+    # actor in threads, the default) with the sequential one (same maths) as the same-run peer,
+    # in blocks of 1 unmeasured + 2 measured iterations: the parallel update collects the next
+    # rollout ahead (MAPPO.iteration), so the first iteration after a switch is not a steady one
     modes = (True, False) if cfg.parallel_update else (False,)
     actor_parallel = algo.actor.parallel  # False for backbones that must not run in 2 threads
     elapsed = dict.fromkeys(modes, 0.0)
+    measured = dict.fromkeys(modes, 0)
     parts = {"collect": 0.0, "update": 0.0}
-    for i in range(args.updates):
+    i, planned = 0, 3 * len(modes) * -(-args.updates // 2)  # iterations, for the schedules
+    while min(measured.values()) < args.updates:
         for parallel in modes:
             algo.parallel = parallel
             algo.actor.parallel = parallel and actor_parallel
-            t = time.perf_counter()
-            m = algo.iteration(i / args.updates)
-            elapsed[parallel] += time.perf_counter() - t
-            if parallel == modes[0]:
-                parts["collect"] += m["time/collect_s"]
-                parts["update"] += m["time/update_s"]
+            for k in range(3):
+                t = time.perf_counter()
+                m = algo.iteration(min(i / planned, 1.0))
+                i += 1
+                if k == 0 or measured[parallel] >= args.updates:
+                    continue
+                elapsed[parallel] += time.perf_counter() - t
+                measured[parallel] += 1
+                if parallel == modes[0]:
+                    parts["collect"] += m["time/collect_s"]
+                    parts["update"] += m["time/update_s"]
     dt = elapsed[modes[0]]
     train_sps = steps * cfg.num_envs * n_agents / dt
     seq_sps = steps * cfg.num_envs * n_agents / elapsed[False]

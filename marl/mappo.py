@@ -190,7 +190,8 @@ class ActorUpdater:
                 else:
                     count = torch.tensor(float(len(idx) * agents_per_unit))
                 count = count.clamp_min(1.0)
-                self.optimizer.zero_grad(set_to_none=True)
+                for p in self.params:  # zero_grad(set_to_none=True) without its hooks
+                    p.grad = None
                 # Each type's actor has its own parameters: its forward and backward can run
                 # in its own thread; the parts are combined in a fixed order (same results).
                 jobs = [
@@ -328,9 +329,14 @@ class _Job:
         self._value: Any = None
         self._error: BaseException | None = None
         self._thread = None
+        self._done = False
         if threaded:
             self._thread = threading.Thread(target=self._run, name="mappo-critic", daemon=True)
             self._thread.start()
+
+    @property
+    def threaded(self) -> bool:
+        return self._thread is not None
 
     def _run(self) -> None:
         try:
@@ -338,11 +344,17 @@ class _Job:
         except BaseException as exc:  # noqa: BLE001 - handed to the caller in result()
             self._error = exc
 
-    def result(self) -> Any:
+    def wait(self) -> None:
+        """Run or join the job without raising its error (:meth:`result` raises it)."""
         if self._thread is None:
-            self._run()
+            if not self._done:
+                self._done = True
+                self._run()
         else:
             self._thread.join()
+
+    def result(self) -> Any:
+        self.wait()
         if self._error is not None:
             raise self._error
         return self._value
@@ -363,8 +375,47 @@ def _step(
 
         average_gradients(params, ctx)
     norm = clip_grad_norm([p.grad for p in params if p.grad is not None], max_norm)
-    optimizer.step()
+    adam_step(optimizer)
     return float(norm)
+
+
+def adam_step(optimizer: torch.optim.Optimizer) -> None:
+    """``optimizer.step()``; for a fused single-group Adam (no amsgrad, not maximising) whose
+    parameters all have a gradient and a state, the same kernel with the same arguments as
+    ``Optimizer.step`` passes it (``torch._fused_adam_`` after the step counts' increment;
+    tested equal), without its per-call Python, about half the cost of a step for these
+    small networks. Anything else goes to ``optimizer.step()``."""
+    groups = optimizer.param_groups
+    g = groups[0]
+    odd = ("amsgrad", "maximize", "decoupled_weight_decay", "capturable", "differentiable")
+    if len(groups) != 1 or not g.get("fused") or any(g.get(k) for k in odd):
+        optimizer.step()
+        return
+    params = g["params"]
+    states = [optimizer.state.get(p) for p in params]
+    if any(p.grad is None or not st for p, st in zip(params, states, strict=True)):
+        optimizer.step()  # first step (creates the state) or a parameter without gradient
+        return
+    steps = [st["step"] for st in states]
+    torch._foreach_add_(steps, 1)
+    beta1, beta2 = g["betas"]
+    torch._fused_adam_(
+        params,
+        [p.grad for p in params],
+        [st["exp_avg"] for st in states],
+        [st["exp_avg_sq"] for st in states],
+        [],
+        steps,
+        amsgrad=False,
+        lr=g["lr"],
+        beta1=beta1,
+        beta2=beta2,
+        weight_decay=g["weight_decay"],
+        eps=g["eps"],
+        maximize=False,
+        grad_scale=None,
+        found_inf=None,
+    )
 
 
 def clip_grad_norm(grads: list[Tensor], max_norm: float | None) -> Tensor:
@@ -450,6 +501,9 @@ class MAPPO:
             type_of_agent[list(t.agent_ids)] = i
         self.type_of_agent = type_of_agent
         self.last_advantages: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        # the next rollout, collected ahead by iteration() (see there), and whether to do so
+        self._ahead: RolloutBatch | None = None
+        self.collect_ahead = True
 
     # -- values ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -486,18 +540,46 @@ class MAPPO:
         return team, ind
 
     # -- one update ------------------------------------------------------------------------
-    def iteration(self, progress: float) -> dict[str, float]:
-        cfg = self.cfg
-        t0 = time.perf_counter()
+    def _collect(self, before_values=None) -> RolloutBatch:
         self.policy.eval()
-        batch = self.collector.collect(
-            cfg.rollout_steps,
-            value_fn=self._values,
-            window_state_steps=self.actor.window_state_steps(cfg.rollout_steps),
-        )
+        try:
+            return self.collector.collect(
+                self.cfg.rollout_steps,
+                value_fn=self._values,
+                window_state_steps=self.actor.window_state_steps(self.cfg.rollout_steps),
+                before_values=before_values,
+            )
+        finally:
+            self.policy.train()
+
+    def iteration(self, progress: float) -> dict[str, float]:
+        """One update on one rollout of ``T x E`` env steps; returns its metrics.
+
+        With the parallel update and ``collect_ahead``, the policy epochs run first, then the
+        value epochs in a thread alongside the env steps of the *next* rollout, which need only
+        the updated policy (the rollout alone leaves the second core idle); that rollout's
+        values wait for the value epochs, and the rollout is kept for the next call. The
+        results are those of collect-then-update: a rollout does not touch the critic, and the
+        random draws (the value epochs' minibatch orders, the policy's, then the next rollout's
+        noise) come in the same order. The training loop sets ``collect_ahead`` False before a
+        checkpoint, so that checkpoints need not hold a rollout (one that does is resumed from
+        exactly).
+        """
+        t0 = time.perf_counter()
+        batch, self._ahead = self._ahead, None
+        if batch is None:
+            batch = self._collect()
         t_collect = time.perf_counter() - t0
-        self.policy.train()
-        metrics = self.update(batch, progress)
+        ahead = self.collect_ahead and self.parallel and not getattr(self.ctx, "enabled", False)
+        metrics, critic_job = self._update(batch, progress, critic_after_policy=ahead)
+        if ahead:
+            t1 = time.perf_counter()
+            try:
+                self._ahead = self._collect(before_values=critic_job.result)
+            finally:
+                critic_job.wait()  # joined even when the rollout failed
+            t_collect += time.perf_counter() - t1
+        metrics.update(critic_job.result())
         metrics["time/collect_s"] = t_collect
         metrics["time/update_s"] = time.perf_counter() - t0 - t_collect
         metrics["env_steps_delta"] = float(batch.num_steps * batch.num_envs)
@@ -579,6 +661,18 @@ class MAPPO:
         return per_type, info
 
     def update(self, batch: RolloutBatch, progress: float) -> dict[str, float]:
+        """Policy and value epochs on ``batch`` (the value epochs alongside the policy's with
+        the parallel update); returns the update's metrics."""
+        metrics, critic_job = self._update(batch, progress)
+        metrics.update(critic_job.result())
+        return metrics
+
+    def _update(
+        self, batch: RolloutBatch, progress: float, *, critic_after_policy: bool = False
+    ) -> tuple[dict[str, float], _Job]:
+        """The policy epochs; the value epochs are the returned job: with the parallel update a
+        thread started alongside the policy epochs (or after them, ``critic_after_policy``, to
+        run alongside what the caller does next), else run by the job's ``result()``."""
         cfg = self.cfg
         per_type, info = self.advantages(batch, progress)
         metrics: dict[str, float] = {}
@@ -610,24 +704,30 @@ class MAPPO:
             for _ in range(cfg.resolved_value_epochs)
         ]
         parallel = self.parallel and not getattr(self.ctx, "enabled", False)
-        critic_job = _Job(self.update_critic, batch, info, lr_scale, perms, threaded=parallel)
+        late = parallel and critic_after_policy
+        critic_job = None
+        if not late:
+            critic_job = _Job(self.update_critic, batch, info, lr_scale, perms, threaded=parallel)
         try:
             metrics.update(
                 self.actor.update(batch, per_type, ent_coef=ent_coef, lr=lr, offset=self.offset)
             )
-        finally:
-            critic_metrics = critic_job.result()  # joins the thread, re-raises its error
+        except BaseException:
+            if critic_job is not None:
+                critic_job.wait()  # the thread is joined before the error goes up
+            raise
+        if critic_job is None:
+            critic_job = _Job(self.update_critic, batch, info, lr_scale, perms, threaded=True)
         metrics["lr"] = lr
         metrics["ent_coef"] = ent_coef
         if self.offset is not None:
             metrics["optimism_offset"] = self.offset.b.item()
-        metrics.update(critic_metrics)
         # episode statistics
         if batch.episodes:
             for key in batch.episodes[0]:
                 metrics[f"episode/{key}"] = float(np.mean([e[key] for e in batch.episodes]))
         metrics["episodes"] = float(len(batch.episodes))
-        return metrics
+        return metrics, critic_job
 
     def update_critic(
         self, batch: RolloutBatch, info: dict, lr_scale: float, perms: list[Tensor]
@@ -668,7 +768,8 @@ class MAPPO:
                 )
                 if not torch.isfinite(loss):
                     raise NonFiniteError("loss/value")
-                self.critic_opt.zero_grad(set_to_none=True)
+                for p in params:  # zero_grad(set_to_none=True) without its hooks
+                    p.grad = None
                 loss.backward()
                 g = _step(self.critic_opt, params, cfg.max_grad_norm, self.ctx)
                 if not math.isfinite(g):
@@ -697,6 +798,8 @@ class MAPPO:
         if self.value_norm_team is not None:
             d["value_norm_team"] = self.value_norm_team.state_dict()
             d["value_norm_ind"] = self.value_norm_ind.state_dict()
+        if self._ahead is not None:  # the env state is after it: resume must train on it
+            d["ahead"] = self._ahead
         return d
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
@@ -720,5 +823,7 @@ class MAPPO:
             # the checkpoint holds rank 0's environments: other ranks restart their own
             collector_state = {**collector_state, "env": None}
         seed = self.ctx.seed_offset(self.cfg.seed) if self.ctx is not None else self.cfg.seed
-        self.collector.load_state_dict(collector_state, seed=seed)
+        restored = self.collector.load_state_dict(collector_state, seed=seed)
         self.vec = self.collector.vec
+        # a rollout collected ahead belongs with the env state it left (else it is dropped)
+        self._ahead = d.get("ahead") if restored else None

@@ -27,6 +27,7 @@ import importlib
 import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -236,8 +237,12 @@ class RolloutCollector:
         value_fn: ValueFn | None = None,
         window_state_steps: Sequence[int] = (),
         store_state: bool = False,
+        before_values: Callable[[], Any] | None = None,
     ) -> RolloutBatch:
-        """Collect ``num_steps`` steps from every env (autoreset env, episodes continue)."""
+        """Collect ``num_steps`` steps from every env (autoreset env, episodes continue).
+
+        ``before_values``: called after the last env step, before ``value_fn`` (MAPPO waits
+        there for value epochs that ran alongside the env steps)."""
         T, E, N = num_steps, self.num_envs, self.layout.n_agents
         dev = self.device
         agents = self.layout.agents
@@ -316,6 +321,8 @@ class RolloutCollector:
             if value_fn is not None and tr.any():
                 final_states.append(np.asarray(self.vec.final_state, np.float32)[tr])
                 final_index.append((step, np.flatnonzero(tr)))
+        if before_values is not None:
+            before_values()
         if value_fn is not None:
             # all values in one batched call: the states of every step, then the state after
             # the last step, then the final states of truncated episodes

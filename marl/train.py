@@ -313,6 +313,13 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any] | None:
                 progress = float(broadcast_object(progress, ctx))
             if progress >= 1.0:
                 break
+            if hasattr(algo, "collect_ahead"):
+                # no rollout collected ahead into a checkpoint or past the step budget (it is
+                # kept in the checkpoint when it happens, e.g. at a time limit or Ctrl-C)
+                next_steps = env_steps + cfg.num_envs * cfg.rollout_steps * world
+                algo.collect_ahead = (update + 1) % cfg.checkpoint_every != 0 and (
+                    cfg.total_steps is None or next_steps < cfg.total_steps
+                )
             t_iter = time.perf_counter()
             metrics = algo.iteration(min(progress, 1.0))
             delta = int(metrics.pop("env_steps_delta")) * world
