@@ -178,6 +178,7 @@ class ActorUpdater:
         agents_per_unit = sum(t.n_agents for t in types)
         mb_size = max(1, math.ceil(U / cfg.num_minibatches))
         sums: dict[str, float] = {}
+        records: list[tuple[Tensor, Tensor, Tensor | None, Tensor | None]] = []
         n_steps = 0
         for _epoch in range(cfg.epochs):
             perm = torch.randperm(U)
@@ -218,13 +219,15 @@ class ActorUpdater:
                 mask = torch.cat(masks) if self.recurrent else None  # None: every sample counts
                 if offset is not None:
                     offset.loss(torch.cat([p["adv"] for p in parts]), mask).backward()
-                stats = ppo_stats(
-                    torch.cat([p["logp"] for p in parts]),
-                    torch.cat([p["old"] for p in parts]),
-                    None if cfg.dual_clip is None else torch.cat([p["dual"] for p in parts]),
-                    clip_low=cfg.clip_low,
-                    clip_high=cfg.clip_high,
-                    mask=mask,
+                # the ratio statistics of every minibatch are computed after the epochs, in
+                # one go (see _ppo_stats_mean)
+                records.append(
+                    (
+                        torch.cat([p["logp"] for p in parts]),
+                        torch.cat([p["old"] for p in parts]),
+                        None if cfg.dual_clip is None else torch.cat([p["dual"] for p in parts]),
+                        mask,
+                    )
                 )
                 grad_norm = _step(self.optimizer, self.params, cfg.max_grad_norm, self.ctx)
                 if not math.isfinite(grad_norm):
@@ -234,10 +237,10 @@ class ActorUpdater:
                     ("loss/policy", float(pg_loss)),
                     ("entropy", float(entropy)),
                     ("grad_norm", grad_norm),
-                    *((k, float(v)) for k, v in stats.items()),
                 ):
                     sums[key] = sums.get(key, 0.0) + value
         out = {k: v / max(n_steps, 1) for k, v in sums.items()}
+        out.update(_ppo_stats_mean(records, cfg.clip_low, cfg.clip_high))
         out["loss/entropy"] = -ent_coef * out.get("entropy", 0.0)
         return out
 
@@ -302,6 +305,31 @@ class ActorUpdater:
             "dual": dual,
             "mask": mask,
         }
+
+
+def _ppo_stats_mean(
+    records: list[tuple[Tensor, Tensor, Tensor | None, Tensor | None]],
+    clip_low: float,
+    clip_high: float,
+) -> dict[str, float]:
+    """The mean over minibatches of :func:`ppo_stats` of each ``(logp, logp_old, dual_active,
+    mask)`` record; minibatches of one size are stacked and done in one call (``dim=-1``)."""
+    if not records:
+        return {}
+    fields = list(zip(*records, strict=True))
+    if len({r[0].shape for r in records}) == 1:
+        stacked = [None if f[0] is None else torch.stack(f) for f in fields]
+        stats = ppo_stats(
+            *stacked[:3], clip_low=clip_low, clip_high=clip_high, mask=stacked[3], dim=-1
+        )
+        return {k: float(v.mean()) for k, v in stats.items()}
+    sums: dict[str, float] = {}
+    for logp, old, dual, mask in records:
+        for k, v in ppo_stats(
+            logp, old, dual, clip_low=clip_low, clip_high=clip_high, mask=mask
+        ).items():
+            sums[k] = sums.get(k, 0.0) + float(v)
+    return {k: v / len(records) for k, v in sums.items()}
 
 
 def _results(jobs: list[_Job]) -> list[Any]:

@@ -34,12 +34,15 @@ class NonFiniteError(FloatingPointError):
         super().__init__(f"non-finite value (NaN or inf) in {quantity}; training stopped")
 
 
-def masked_mean(x: Tensor, mask: Tensor | None = None) -> Tensor:
-    """Mean of ``x`` over entries where ``mask`` (broadcastable) is true; 0 when none is."""
+def masked_mean(x: Tensor, mask: Tensor | None = None, dim: int | None = None) -> Tensor:
+    """Mean of ``x`` over entries where ``mask`` (broadcastable) is true; 0 when none is.
+    With ``dim``, the means along that dimension (one per remaining index)."""
     if mask is None:
-        return x.mean()
+        return x.mean() if dim is None else x.mean(dim)
     m = mask.to(x.dtype).expand_as(x)
-    return (x * m).sum() / m.sum().clamp_min(1.0)
+    if dim is None:
+        return (x * m).sum() / m.sum().clamp_min(1.0)
+    return (x * m).sum(dim) / m.sum(dim).clamp_min(1.0)
 
 
 def _check_ppo_args(clip_low: float, clip_high: float, dual_clip: float | None) -> None:
@@ -95,21 +98,25 @@ def ppo_stats(
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     mask: Tensor | None = None,
+    dim: int | None = None,
 ) -> dict[str, Tensor]:
     """Diagnostics of a clipped update (detached scalars): ``clip_frac_low`` (fraction with
     ratio < 1 - clip_low), ``clip_frac_high`` (ratio > 1 + clip_high), ``dual_clip_frac``
     (fraction where the dual bound is active; 0 without dual clip), ``approx_kl`` (the k3
-    estimator of KL(old || new): ``mean(ratio - 1 - log ratio)``)."""
+    estimator of KL(old || new): ``mean(ratio - 1 - log ratio)``). With ``dim``, each is the
+    per-index mean along ``dim`` (e.g. one value per minibatch of a stack of them)."""
     ratio = (logp - logp_old).exp()
     return {
-        "clip_frac_low": masked_mean((ratio < 1.0 - clip_low).float(), mask),
-        "clip_frac_high": masked_mean((ratio > 1.0 + clip_high).float(), mask),
+        "clip_frac_low": masked_mean((ratio < 1.0 - clip_low).float(), mask, dim),
+        "clip_frac_high": masked_mean((ratio > 1.0 + clip_high).float(), mask, dim),
         "dual_clip_frac": (
-            torch.zeros((), device=logp.device)
+            torch.zeros((), device=logp.device).expand(
+                ratio.sum(dim).shape if dim is not None else ()
+            )
             if dual_active is None
-            else masked_mean(dual_active.float(), mask)
+            else masked_mean(dual_active.float(), mask, dim)
         ),
-        "approx_kl": masked_mean(kl_k3(logp_old, logp), mask),
+        "approx_kl": masked_mean(kl_k3(logp_old, logp), mask, dim),
     }
 
 

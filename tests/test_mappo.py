@@ -411,3 +411,38 @@ def test_adam_step_matches_optimizer_step(weight_decay):
         assert torch.equal(p, q)
         for key in ("exp_avg", "exp_avg_sq", "step"):
             assert torch.equal(opt_a.state[p][key], opt_b.state[q][key])
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_ppo_stats_of_stacked_minibatches_equal_the_per_minibatch_mean(with_mask):
+    """The policy update's ratio statistics, computed after the epochs from a stack of the
+    minibatches, equal the mean of per-minibatch ppo_stats calls (and the unequal-size
+    fallback takes that loop)."""
+    from marl.mappo import _ppo_stats_mean
+    from marl.objectives import ppo_stats
+
+    g = torch.Generator().manual_seed(3)
+    records = []
+    for _ in range(5):
+        old = -torch.rand(64, generator=g) * 2
+        logp = old + 0.4 * torch.randn(64, generator=g)
+        dual = torch.rand(64, generator=g) < 0.1
+        mask = (torch.rand(64, generator=g) < 0.7) if with_mask else None
+        records.append((logp, old, dual, mask))
+    loop = {}
+    for logp, old, dual, mask in records:
+        for k, v in ppo_stats(logp, old, dual, clip_low=0.1, clip_high=0.3, mask=mask).items():
+            loop[k] = loop.get(k, 0.0) + float(v) / len(records)
+    stacked = _ppo_stats_mean(records, 0.1, 0.3)
+    assert stacked.keys() == loop.keys()
+    for k in loop:
+        assert stacked[k] == pytest.approx(loop[k], abs=1e-6)
+    assert 0.0 < loop["clip_frac_high"] < 1.0 and loop["approx_kl"] > 0.0
+    uneven = [*records[:4], tuple(None if x is None else x[:40] for x in records[4])]
+    want = {}
+    for logp, old, dual, mask in uneven:
+        for k, v in ppo_stats(logp, old, dual, clip_low=0.1, clip_high=0.3, mask=mask).items():
+            want[k] = want.get(k, 0.0) + float(v) / len(uneven)
+    got = _ppo_stats_mean(uneven, 0.1, 0.3)
+    for k in want:
+        assert got[k] == pytest.approx(want[k], abs=1e-6)
