@@ -52,9 +52,9 @@ class RunLogger:
             os.remove(self.path)
         self._fh = open(self.path, "a")  # noqa: SIM115 - kept open for the run
         if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
+            from torch.utils.tensorboard.writer import FileWriter
 
-            self.writer = SummaryWriter(os.path.join(run_dir, "tb"))
+            self.writer = FileWriter(os.path.join(run_dir, "tb"))
 
     def log(self, metrics: dict[str, Any]) -> None:
         """Write one update's metrics (flat dict; ``update`` and ``env_steps`` expected)."""
@@ -64,10 +64,17 @@ class RunLogger:
         self._fh.write(json.dumps(row) + "\n")
         self._fh.flush()
         if self.writer is not None:
+            from tensorboard.compat.proto.summary_pb2 import Summary
+
             step = int(metrics.get("env_steps", metrics.get("update", 0)))
-            for key, value in metrics.items():
-                if isinstance(value, (int, float)) and math.isfinite(value) and key != "update":
-                    self.writer.add_scalar(key, value, step)
+            # every scalar of the update in one event (one per scalar, as add_scalar writes
+            # them, costs ~0.1 ms each in queue hand-offs to the writer thread)
+            values = [
+                Summary.Value(tag=key, simple_value=float(value))
+                for key, value in metrics.items()
+                if isinstance(value, (int, float)) and math.isfinite(value) and key != "update"
+            ]
+            self.writer.add_summary(Summary(value=values), step)
 
     def close(self) -> None:
         if not self.enabled:

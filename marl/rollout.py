@@ -303,7 +303,10 @@ class RolloutCollector:
             starts[step] = self.episode_start
             if need_state:
                 if state_buf is None:
-                    state_buf = torch.empty(T, E, cur_state.shape[-1], device=dev)
+                    # the states of every step and, in the last E rows, the state after the
+                    # last step: the values' input without a concatenation
+                    state_all = torch.empty((T + 1) * E, cur_state.shape[-1], device=dev)
+                    state_buf = state_all[: T * E].view(T, E, -1)
                 state_buf[step] = cur_state
             self.obs, _rew, terms, truncs, infos = self.vec.step(
                 self.batcher.actions_to_env(actions)
@@ -324,12 +327,13 @@ class RolloutCollector:
         if before_values is not None:
             before_values()
         if value_fn is not None:
-            # all values in one batched call: the states of every step, then the state after
-            # the last step, then the final states of truncated episodes
-            flat = torch.cat([state_buf.reshape(T * E, -1), cur_state], 0)
+            # the values of the states of every step and of the state after the last step in
+            # one batched call, then those of the final states of truncated episodes
+            state_all[T * E :] = cur_state
+            all_team, all_ind = value_fn(state_all)
             if final_states:
-                flat = torch.cat([flat, torch.from_numpy(np.concatenate(final_states)).to(dev)], 0)
-            all_team, all_ind = value_fn(flat)
+                fin_team, fin_ind = value_fn(torch.from_numpy(np.concatenate(final_states)).to(dev))
+                all_team, all_ind = torch.cat([all_team, fin_team]), torch.cat([all_ind, fin_ind])
             K = all_team.shape[-1]
             vt = all_team[: T * E].reshape(T, E, K)
             vi = all_ind[: T * E].reshape(T, E, N, K)

@@ -228,6 +228,14 @@ def test_end_to_end_artifacts_on_a_second_env(tmp_path):
     rows = read_metrics(str(run / "metrics.jsonl"))
     assert [r["update"] for r in rows] == [1, 2, 3, 4, 5]
     assert rows[-1]["env_steps"] == 640
+    # TensorBoard holds the same scalars, one point per update at its env-step count
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run / "tb"))
+    acc.Reload()
+    points = acc.Scalars("loss/value")
+    assert [p.step for p in points] == [r["env_steps"] for r in rows]
+    assert [p.value for p in points] == pytest.approx([r["loss/value"] for r in rows], rel=1e-6)
     need = {
         "update",
         "env_steps",
