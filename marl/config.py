@@ -178,10 +178,13 @@ class TrainConfig:
         "Run the independent parts of an update in threads on separate cores: each agent "
         "type's actor forward/backward side by side (mlp and gru backbones; mamba/mamba2 run "
         "the types one after another, their numba kernels must not be entered from two "
-        "threads), and (MAPPO) the critic's value epochs alongside the policy epochs. Identical "
-        "results either way (the parts are combined in a fixed order; the critic's minibatch "
-        "order is drawn before both start). Distributed MAPPO runs the critic after the "
-        "policy, so that collectives keep their order.",
+        "threads), and (MAPPO) the critic's value epochs alongside the env steps of the next "
+        "rollout, which is collected ahead and kept for the next update (alongside the policy "
+        "epochs before a checkpoint). Identical results either way (the parts are combined in "
+        "a fixed order; the critic's minibatch order is drawn before the policy's; a rollout "
+        "touches no critic state until its values, which wait for the value epochs). "
+        "Distributed MAPPO runs the critic after the policy, so that collectives keep their "
+        "order.",
     )
     # ---- advantages and whitening ----------------------------------------------------------
     whitening: str = _f(

@@ -421,8 +421,12 @@ def adam_step(optimizer: torch.optim.Optimizer) -> None:
         return
     params = g["params"]
     states = [optimizer.state.get(p) for p in params]
-    if any(p.grad is None or not st for p, st in zip(params, states, strict=True)):
-        optimizer.step()  # first step (creates the state) or a parameter without gradient
+    if any(p.grad is None or not st for p, st in zip(params, states, strict=True)) or (
+        len({(p.device, p.dtype) for p in params}) > 1
+    ):
+        # the first step (creates the state), a parameter without gradient, or parameters
+        # that Optimizer.step would group by device and dtype
+        optimizer.step()
         return
     steps = [st["step"] for st in states]
     torch._foreach_add_(steps, 1)
