@@ -313,22 +313,19 @@ def _ppo_stats_mean(
     clip_high: float,
 ) -> dict[str, float]:
     """The mean over minibatches of :func:`ppo_stats` of each ``(logp, logp_old, dual_active,
-    mask)`` record; minibatches of one size are stacked and done in one call (``dim=-1``)."""
-    if not records:
-        return {}
-    fields = list(zip(*records, strict=True))
-    if len({r[0].shape for r in records}) == 1:
-        stacked = [None if f[0] is None else torch.stack(f) for f in fields]
+    mask)`` record; the minibatches of each size are stacked and done in one call
+    (``dim=-1``: one value per minibatch)."""
+    sums: dict[str, float] = {}
+    by_size: dict[tuple[int, ...], list] = {}
+    for record in records:
+        by_size.setdefault(tuple(record[0].shape), []).append(record)
+    for group in by_size.values():
+        stacked = [None if f[0] is None else torch.stack(f) for f in zip(*group, strict=True)]
         stats = ppo_stats(
             *stacked[:3], clip_low=clip_low, clip_high=clip_high, mask=stacked[3], dim=-1
         )
-        return {k: float(v.mean()) for k, v in stats.items()}
-    sums: dict[str, float] = {}
-    for logp, old, dual, mask in records:
-        for k, v in ppo_stats(
-            logp, old, dual, clip_low=clip_low, clip_high=clip_high, mask=mask
-        ).items():
-            sums[k] = sums.get(k, 0.0) + float(v)
+        for k, v in stats.items():
+            sums[k] = sums.get(k, 0.0) + float(v.sum())
     return {k: v / len(records) for k, v in sums.items()}
 
 
@@ -736,20 +733,22 @@ class MAPPO:
             for _ in range(cfg.resolved_value_epochs)
         ]
         parallel = self.parallel and not getattr(self.ctx, "enabled", False)
+
+        def critic_job() -> _Job:
+            return _Job(self.update_critic, batch, info, lr_scale, perms, threaded=parallel)
+
         late = parallel and critic_after_policy
-        critic_job = None
-        if not late:
-            critic_job = _Job(self.update_critic, batch, info, lr_scale, perms, threaded=parallel)
+        job = None if late else critic_job()
         try:
             metrics.update(
                 self.actor.update(batch, per_type, ent_coef=ent_coef, lr=lr, offset=self.offset)
             )
         except BaseException:
-            if critic_job is not None:
-                critic_job.wait()  # the thread is joined before the error goes up
+            if job is not None:
+                job.wait()  # the thread is joined before the error goes up
             raise
-        if critic_job is None:
-            critic_job = _Job(self.update_critic, batch, info, lr_scale, perms, threaded=True)
+        if late:
+            job = critic_job()
         metrics["lr"] = lr
         metrics["ent_coef"] = ent_coef
         if self.offset is not None:
@@ -759,7 +758,7 @@ class MAPPO:
             for key in batch.episodes[0]:
                 metrics[f"episode/{key}"] = float(np.mean([e[key] for e in batch.episodes]))
         metrics["episodes"] = float(len(batch.episodes))
-        return metrics, critic_job
+        return metrics, job
 
     def update_critic(
         self, batch: RolloutBatch, info: dict, lr_scale: float, perms: list[Tensor]

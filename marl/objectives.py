@@ -109,12 +109,8 @@ def ppo_stats(
     return {
         "clip_frac_low": masked_mean((ratio < 1.0 - clip_low).float(), mask, dim),
         "clip_frac_high": masked_mean((ratio > 1.0 + clip_high).float(), mask, dim),
-        "dual_clip_frac": (
-            torch.zeros((), device=logp.device).expand(
-                ratio.sum(dim).shape if dim is not None else ()
-            )
-            if dual_active is None
-            else masked_mean(dual_active.float(), mask, dim)
+        "dual_clip_frac": masked_mean(
+            torch.zeros_like(ratio) if dual_active is None else dual_active.float(), mask, dim
         ),
         "approx_kl": masked_mean(kl_k3(logp_old, logp), mask, dim),
     }
