@@ -610,10 +610,60 @@ def _step_kernel(
             reward_out[2, a, n] = penalty[a]
 
 
+#: row / column change of actions 0 (stay) and 1-4 (up, down, left, right)
+STEP_DR = np.array([0, -1, 1, 0, 0], dtype=np.int64)
+STEP_DC = np.array([0, 0, 0, -1, 1], dtype=np.int64)
+
+
+@njit(cache=True)
+def _route_step(n, pr, pc, g, obstacle, seen, target_grid, target_state, stamp, label, queue, mark):
+    """First action (0 stay when already there, 1-4 up/down/left/right) of a shortest route from
+    (pr, pc) to the nearest reported, uncollected target of env n, or -1 if none is reachable.
+
+    Routes plan on the team's knowledge: a cell is passable unless it is outside the grid or a
+    seen obstacle (unseen cells are assumed free). Breadth-first search with moves tried in
+    action order; a cell inherits the first action of the cell that discovered it, so within
+    each distance the queue is ordered by first action and the result is the lowest-numbered
+    action that starts a shortest route. ``stamp`` / ``label`` / ``queue`` are scratch of size
+    G*G; ``mark`` must differ from every value ``stamp`` holds (a new one per call).
+    """
+    k = target_grid[n, pr, pc] - 1
+    if k >= 0 and target_state[n, k] == 1:
+        return 0
+    start = pr * g + pc
+    stamp[start] = mark
+    head = 0
+    tail = 0
+    queue[tail] = start
+    tail += 1
+    while head < tail:
+        cell = queue[head]
+        head += 1
+        r = cell // g
+        c = cell - r * g
+        for act in range(1, 5):
+            nr = r + STEP_DR[act]
+            nc = c + STEP_DC[act]
+            if nr < 0 or nr >= g or nc < 0 or nc >= g:
+                continue
+            nxt = nr * g + nc
+            if stamp[nxt] == mark or (seen[n, nr, nc] and obstacle[n, nr, nc]):
+                continue
+            stamp[nxt] = mark
+            first = act if cell == start else label[cell]
+            label[nxt] = first
+            k = target_grid[n, nr, nc] - 1
+            if k >= 0 and target_state[n, k] == 1:
+                return first
+            queue[tail] = nxt
+            tail += 1
+    return -1
+
+
 @njit(cache=True)
 def _observe_kernel(
     envs, n_scouts, max_cycles, minimap, minimap_size,
-    obstacle, target_grid, target_pos, target_state, visited, block_seen, block_cells,
+    obstacle, target_grid, target_pos, target_state, seen, visited, block_seen, block_cells,
     agent_pos, t, n_collected, views, block_of, code,
     obs_scout, obs_rescuer, mask_scout, mask_rescuer,
 ):  # fmt: skip
@@ -621,6 +671,11 @@ def _observe_kernel(
     ``obs_scout`` [S, N, Ds], ``obs_rescuer`` [R, N, Dr], ``mask_scout`` [S, N, 5],
     ``mask_rescuer`` [R, N, 6]."""
     g = obstacle.shape[1]
+    # breadth-first search scratch for the route to the nearest reported target
+    stamp = np.zeros(g * g, dtype=np.int64)
+    label = np.zeros(g * g, dtype=np.int8)
+    queue = np.empty(g * g, dtype=np.int64)
+    searches = 0
     pad = (code.shape[1] - g) // 2
     n_agents = agent_pos.shape[1]
     n_targets = target_pos.shape[1]
@@ -632,10 +687,12 @@ def _observe_kernel(
         n = envs[j]
         time_left = max(max_cycles - t[n], 0) / max_cycles
         targets_left = (n_targets - n_collected[n]) / n_targets
+        any_reported = False
         if minimap:  # shared by the env's agents
             team_map[:mm] = 0.0
             for k in range(n_targets):
                 if target_state[n, k] == 1:
+                    any_reported = True
                     tr, tc = target_pos[n, k, 0], target_pos[n, k, 1]
                     team_map[block_of[tr] * m + block_of[tc]] = 1.0
             for br in range(m):
@@ -676,25 +733,22 @@ def _observe_kernel(
             out[base + 3] = targets_left
             base += 4
             if minimap:
-                best = -1
-                best_dist = 1 << 30
-                for k in range(n_targets):
-                    if target_state[n, k] == 1:
-                        dist = abs(target_pos[n, k, 0] - pr) + abs(target_pos[n, k, 1] - pc)
-                        if dist < best_dist:
-                            best_dist = dist
-                            best = k
                 for i in range(2 * mm):
                     out[base + i] = team_map[i]
                 base += 2 * mm
-                if best >= 0:
-                    out[base] = (target_pos[n, best, 0] - pr) * scale
-                    out[base + 1] = (target_pos[n, best, 1] - pc) * scale
-                    out[base + 2] = 1.0
-                else:
-                    out[base] = 0.0
-                    out[base + 1] = 0.0
-                    out[base + 2] = 0.0
+                out[base] = 0.0
+                out[base + 1] = 0.0
+                out[base + 2] = 0.0
+                if any_reported:
+                    searches += 1
+                    step = _route_step(
+                        n, pr, pc, g, obstacle, seen, target_grid, target_state,
+                        stamp, label, queue, searches,
+                    )  # fmt: skip
+                    if step >= 0:
+                        out[base] = STEP_DR[step]
+                        out[base + 1] = STEP_DC[step]
+                        out[base + 2] = 1.0
             # action mask, from the padded codes (outside the grid is blocked)
             mask[0] = 1
             mask[1] = 0 if code[n, pad + pr - 1, pad + pc] & CODE_BLOCKED else 1
@@ -929,6 +983,7 @@ class MultiSearchCore:
             self.target_grid,
             self.target_pos,
             self.target_state,
+            self.seen,
             self.visited,
             self.block_seen,
             self.block_cells,

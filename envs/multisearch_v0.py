@@ -54,16 +54,19 @@ minimap: reported         M*M     (``minimap=True`` only) 1 if the block holds a
                                   (the last row/column of blocks may be smaller)
 minimap: explored         M*M     (``minimap=True`` only) fraction of the block's cells
                                   (obstacles included) explored by the team
-nearest reported target   3       (``minimap=True`` only) (d_row, d_col) / (G-1) to the
-                                  nearest (Manhattan; ties: lowest target index) reported
-                                  target, and 1 if one exists; zeros if none
+route to nearest target  3       (``minimap=True`` only) (d_row, d_col) in {-1, 0, 1} of
+                                  the first move of a shortest route to the nearest reported
+                                  target, and 1 if one is reachable; (0, 0, 1) on it; zeros
+                                  if none. Routes plan on team knowledge: seen obstacles
+                                  block, unseen cells count as free (ties: the lowest action)
 ========================  ======  ==========================================================
 
 ``obs_dim = 4 W^2 + 4 (+ 2 M^2 + 3 with the minimap)``: it depends on the view radius and
 ``minimap_size`` only, not on the grid size or the number of agents/targets, so one policy
-fits every grid of a family. Small preset: scouts 235, rescuers 75. The nearest-target vector is
-team knowledge (the reported map), the same information the minimap carries at finer
-resolution; with ``minimap=False`` agents see only their window, so memory is needed.
+fits every grid of a family. Small preset: scouts 235, rescuers 75. The route is team
+knowledge (the reported targets and the obstacles seen so far), what the heuristic baseline
+plans on; it makes a reactive policy able to leave dead ends its narrow window cannot see
+around. With ``minimap=False`` agents see only their window, so memory is needed.
 
 State (``state()``, float32, in [0, 1]): the planes obstacle, uncollected target (all, hidden
 or not: the critic is privileged), reported uncollected target, explored (each G*G,

@@ -176,17 +176,43 @@ class ReferenceWorld:
                     br, bc = min(r // block, m - 1), min(c // block, m - 1)
                     cells[br, bc] += 1
                     explored[br, bc] += (r, c) in self.seen
-            nearest = None
             for k, (r, c) in self.targets.items():
                 if self.target_state[k] == 1:
                     reported[min(r // block, m - 1), min(c // block, m - 1)] = 1
-                    d = abs(r - r0) + abs(c - c0)
-                    if nearest is None or d < nearest[0]:
-                        nearest = (d, r, c)
             parts.append(reported.ravel())
             parts.append((explored / np.maximum(cells, 1)).ravel())
-            if nearest is None:
-                parts.append([0.0, 0.0, 0.0])
-            else:
-                parts.append([(nearest[1] - r0) / (g - 1), (nearest[2] - c0) / (g - 1), 1.0])
+            parts.append(self.route_step(a))
         return np.concatenate([np.asarray(p, dtype=np.float64) for p in parts])
+
+    def route_step(self, a: int) -> list[float]:
+        """(d_row, d_col, 1) of the first move of a shortest route to the nearest reported
+        target, planned on team knowledge (seen obstacles block, unseen cells are free); moves
+        tie-break in action order; (0, 0, 1) on the target, zeros if none is reachable.
+
+        Written differently from the core (which searches outwards from the agent): distances
+        to the reported targets by a multi-source search, then the first move (in action
+        order) onto a cell one step closer."""
+        reported = [p for k, p in self.targets.items() if self.target_state[k] == 1]
+        dist = {p: 0 for p in reported}
+        frontier = list(reported)
+        while frontier:
+            nxt = []
+            for r, c in frontier:
+                for dr, dc in MOVES.values():
+                    cell = (r + dr, c + dc)
+                    if not self.inside(*cell) or cell in dist:
+                        continue
+                    if cell in self.seen and cell in self.obstacle:
+                        continue
+                    dist[cell] = dist[(r, c)] + 1
+                    nxt.append(cell)
+            frontier = nxt
+        here = self.pos[a]
+        if here not in dist:
+            return [0.0, 0.0, 0.0]
+        if dist[here] == 0:
+            return [0.0, 0.0, 1.0]
+        for dr, dc in MOVES.values():  # action order 1-4
+            if dist.get((here[0] + dr, here[1] + dc)) == dist[here] - 1:
+                return [float(dr), float(dc), 1.0]
+        raise AssertionError("no neighbour one step closer")
