@@ -616,66 +616,59 @@ STEP_DC = np.array([0, 0, 0, -1, 1], dtype=np.int64)
 
 
 @njit(cache=True)
-def _route_step(n, pr, pc, g, obstacle, seen, target_grid, target_state, stamp, label, queue, mark):
-    """First action (0 stay when already there, 1-4 up/down/left/right) of a shortest route from
-    (pr, pc) to the nearest reported, uncollected target of env n, or -1 if none is reachable.
+def _route_field(n, g, obstacle, seen, target_pos, target_state, dist, queue):
+    """Fill ``dist[n]`` [G, G] with each cell's route length to the nearest reported,
+    uncollected target of env n (-1: no route), by one breadth-first search from all of them.
 
     Routes plan on the team's knowledge: a cell is passable unless it is outside the grid or a
-    seen obstacle (unseen cells are assumed free). Breadth-first search with moves tried in
-    action order; a cell inherits the first action of the cell that discovered it, so within
-    each distance the queue is ordered by first action and the result is the lowest-numbered
-    action that starts a shortest route. ``stamp`` / ``label`` / ``queue`` are scratch of size
-    G*G; ``mark`` must differ from every value ``stamp`` holds (a new one per call).
+    seen obstacle (unseen cells are assumed free). ``queue``: scratch of size G*G.
     """
-    k = target_grid[n, pr, pc] - 1
-    if k >= 0 and target_state[n, k] == 1:
-        return 0
-    start = pr * g + pc
-    stamp[start] = mark
-    head = 0
+    d = dist[n]
+    d[:, :] = -1
     tail = 0
-    queue[tail] = start
-    tail += 1
+    for k in range(target_pos.shape[1]):
+        if target_state[n, k] == 1:
+            tr, tc = target_pos[n, k, 0], target_pos[n, k, 1]
+            if d[tr, tc] < 0:
+                d[tr, tc] = 0
+                queue[tail] = tr * g + tc
+                tail += 1
+    head = 0
     while head < tail:
         cell = queue[head]
         head += 1
         r = cell // g
         c = cell - r * g
+        nd = d[r, c] + 1
         for act in range(1, 5):
             nr = r + STEP_DR[act]
             nc = c + STEP_DC[act]
-            if nr < 0 or nr >= g or nc < 0 or nc >= g:
+            if nr < 0 or nr >= g or nc < 0 or nc >= g or d[nr, nc] >= 0:
                 continue
-            nxt = nr * g + nc
-            if stamp[nxt] == mark or (seen[n, nr, nc] and obstacle[n, nr, nc]):
+            if seen[n, nr, nc] and obstacle[n, nr, nc]:
                 continue
-            stamp[nxt] = mark
-            first = act if cell == start else label[cell]
-            label[nxt] = first
-            k = target_grid[n, nr, nc] - 1
-            if k >= 0 and target_state[n, k] == 1:
-                return first
-            queue[tail] = nxt
+            d[nr, nc] = nd
+            queue[tail] = nr * g + nc
             tail += 1
-    return -1
 
 
 @njit(cache=True)
 def _observe_kernel(
     envs, n_scouts, max_cycles, minimap, minimap_size,
     obstacle, target_grid, target_pos, target_state, seen, visited, block_seen, block_cells,
-    agent_pos, t, n_collected, views, block_of, code,
+    agent_pos, t, n_collected, n_seen_free, views, block_of, code, route_dist, route_key,
     obs_scout, obs_rescuer, mask_scout, mask_rescuer,
 ):  # fmt: skip
     """Write observations and action masks of envs ``envs`` into rows ``envs`` of
     ``obs_scout`` [S, N, Ds], ``obs_rescuer`` [R, N, Dr], ``mask_scout`` [S, N, 5],
-    ``mask_rescuer`` [R, N, 6]."""
+    ``mask_rescuer`` [R, N, 6].
+
+    With the minimap, ``route_dist`` [N, G, G] caches :func:`_route_field` for the knowledge
+    recorded in ``route_key`` [N, 2] (sum of target states, seen obstacles: both only grow
+    within an episode; a reset sets the key to -1), so it is recomputed only when a report, a
+    collection or a newly seen obstacle changed it."""
     g = obstacle.shape[1]
-    # breadth-first search scratch for the route to the nearest reported target
-    stamp = np.zeros(g * g, dtype=np.int64)
-    label = np.zeros(g * g, dtype=np.int8)
     queue = np.empty(g * g, dtype=np.int64)
-    searches = 0
     pad = (code.shape[1] - g) // 2
     n_agents = agent_pos.shape[1]
     n_targets = target_pos.shape[1]
@@ -698,6 +691,18 @@ def _observe_kernel(
             for br in range(m):
                 for bc in range(m):
                     team_map[mm + br * m + bc] = block_seen[n, br, bc] / block_cells[br, bc]
+            if any_reported:
+                state_sum = 0
+                for k in range(n_targets):
+                    state_sum += target_state[n, k]
+                seen_obstacles = -n_seen_free[n]
+                for br in range(m):
+                    for bc in range(m):
+                        seen_obstacles += block_seen[n, br, bc]
+                if route_key[n, 0] != state_sum or route_key[n, 1] != seen_obstacles:
+                    _route_field(n, g, obstacle, seen, target_pos, target_state, route_dist, queue)
+                    route_key[n, 0] = state_sum
+                    route_key[n, 1] = seen_obstacles
         for a in range(n_agents):
             if a < n_scouts:
                 out = obs_scout[a, n]
@@ -739,16 +744,17 @@ def _observe_kernel(
                 out[base] = 0.0
                 out[base + 1] = 0.0
                 out[base + 2] = 0.0
-                if any_reported:
-                    searches += 1
-                    step = _route_step(
-                        n, pr, pc, g, obstacle, seen, target_grid, target_state,
-                        stamp, label, queue, searches,
-                    )  # fmt: skip
-                    if step >= 0:
-                        out[base] = STEP_DR[step]
-                        out[base + 1] = STEP_DC[step]
-                        out[base + 2] = 1.0
+                here = route_dist[n, pr, pc] if any_reported else -1
+                if here >= 0:
+                    out[base + 2] = 1.0
+                    for act in range(1, 5):  # the first move one step closer, in action order
+                        nr = pr + STEP_DR[act]
+                        nc = pc + STEP_DC[act]
+                        inside = 0 <= nr < g and 0 <= nc < g
+                        if here > 0 and inside and route_dist[n, nr, nc] == here - 1:
+                            out[base] = STEP_DR[act]
+                            out[base + 1] = STEP_DC[act]
+                            break
             # action mask, from the padded codes (outside the grid is blocked)
             mask[0] = 1
             mask[1] = 0 if code[n, pad + pr - 1, pad + pc] & CODE_BLOCKED else 1
@@ -808,7 +814,9 @@ class MultiSearchCore:
     (0 hidden, 1 reported, 2 collected); ``seen`` uint8 [N, G, G] (explored by the team);
     ``visited`` uint8 [N, G, G] (stood on by an agent); ``block_seen`` int32 [N, M, M];
     ``agent_pos`` int64 [N, A, 2]; counters ``t``, ``n_collected``, ``n_free``,
-    ``n_seen_free``, ``n_moves``, ``n_revisits`` int64 [N].
+    ``n_seen_free``, ``n_moves``, ``n_revisits`` int64 [N]; with the minimap, the route cache
+    ``route_dist`` int32 [N, G, G] and its key ``route_key`` int64 [N, 2] (see
+    :func:`_observe_kernel`).
     """
 
     def __init__(self, config: MultiSearchConfig, num_envs: int) -> None:
@@ -844,6 +852,10 @@ class MultiSearchCore:
         self.block_cells = np.maximum(np.outer(per_axis, per_axis), 1.0)
         self._weights = config.weights()
         self.all_envs = np.arange(n, dtype=np.int64)
+        # route lengths to the nearest reported target (minimap only), cached per env
+        rg = g if config.minimap else 1
+        self.route_dist = np.full((n, rg, rg), -1, dtype=np.int32)
+        self.route_key = np.full((n, 2), -1, dtype=np.int64)
 
     # ---- episode start -------------------------------------------------------------------
     def reset_envs(self, envs: np.ndarray, rngs: Sequence[np.random.Generator]) -> None:
@@ -881,6 +893,7 @@ class MultiSearchCore:
             self.block_of,
             self.code,
         )
+        self.route_key[envs] = -1  # a new layout: the cached routes are stale
 
     # ---- dynamics ------------------------------------------------------------------------
     def step(
@@ -990,9 +1003,12 @@ class MultiSearchCore:
             self.agent_pos,
             self.t,
             self.n_collected,
+            self.n_seen_free,
             self.views,
             self.block_of,
             self.code,
+            self.route_dist,
+            self.route_key,
             *buffers,
         )
 

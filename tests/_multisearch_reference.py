@@ -189,30 +189,39 @@ class ReferenceWorld:
         target, planned on team knowledge (seen obstacles block, unseen cells are free); moves
         tie-break in action order; (0, 0, 1) on the target, zeros if none is reachable.
 
-        Written differently from the core (which searches outwards from the agent): distances
-        to the reported targets by a multi-source search, then the first move (in action
-        order) onto a cell one step closer."""
-        reported = [p for k, p in self.targets.items() if self.target_state[k] == 1]
-        dist = {p: 0 for p in reported}
-        frontier = list(reported)
+        Written differently from the core (which measures every cell's distance from the
+        reported targets): one search outwards from the agent per first move, in action
+        order; the first move whose search reaches a target soonest wins."""
+        here = self.pos[a]
+        reported = {p for k, p in self.targets.items() if self.target_state[k] == 1}
+        if here in reported:
+            return [0.0, 0.0, 1.0]
+        best = None
+        for dr, dc in MOVES.values():  # action order 1-4
+            first = (here[0] + dr, here[1] + dc)
+            if not self.inside(*first) or (first in self.seen and first in self.obstacle):
+                continue
+            dist = self._search(first, reported, blocked=here)
+            if dist is not None and (best is None or dist < best[0]):
+                best = (dist, dr, dc)
+        return [0.0, 0.0, 0.0] if best is None else [float(best[1]), float(best[2]), 1.0]
+
+    def _search(self, start, goals, blocked) -> int | None:
+        """Moves from ``start`` to the nearest cell of ``goals`` (None: unreachable), not
+        passing through ``blocked`` (a shortest route never revisits its first cell)."""
+        frontier, dist, seen_here = [start], 0, {start, blocked}
         while frontier:
+            if any(cell in goals for cell in frontier):
+                return dist
             nxt = []
             for r, c in frontier:
                 for dr, dc in MOVES.values():
                     cell = (r + dr, c + dc)
-                    if not self.inside(*cell) or cell in dist:
+                    if not self.inside(*cell) or cell in seen_here:
                         continue
                     if cell in self.seen and cell in self.obstacle:
                         continue
-                    dist[cell] = dist[(r, c)] + 1
+                    seen_here.add(cell)
                     nxt.append(cell)
-            frontier = nxt
-        here = self.pos[a]
-        if here not in dist:
-            return [0.0, 0.0, 0.0]
-        if dist[here] == 0:
-            return [0.0, 0.0, 1.0]
-        for dr, dc in MOVES.values():  # action order 1-4
-            if dist.get((here[0] + dr, here[1] + dc)) == dist[here] - 1:
-                return [float(dr), float(dc), 1.0]
-        raise AssertionError("no neighbour one step closer")
+            frontier, dist = nxt, dist + 1
+        return None

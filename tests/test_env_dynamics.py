@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from envs import multisearch_v0
-from envs._core import _route_step, generate_layout, make_config
+from envs._core import MultiSearchCore, generate_layout, make_config
 
 try:
     from _multisearch_reference import MOVES, ReferenceWorld
@@ -116,29 +116,40 @@ def test_core_matches_reference_full_episodes(config):
     assert saw_collect > 0 and saw_invalid > 0  # the episodes exercised both rules
 
 
-def _route(seen_wall: bool, agent=(2, 0), state=1):
-    """Hand-worked 5x5 world: a wall on column 2, rows 0-3; target 0 at (2, 4)."""
-    g = 5
-    obstacle = np.zeros((1, g, g), np.uint8)
-    obstacle[0, 0:4, 2] = 1
-    seen = np.full((1, g, g), int(seen_wall), np.uint8)
-    target_grid = np.zeros((1, g, g), np.int16)
-    target_grid[0, 2, 4] = 1
-    target_state = np.array([[state]], np.int8)
-    scratch = (np.zeros(g * g, np.int64), np.zeros(g * g, np.int8), np.zeros(g * g, np.int64))
-    return _route_step(0, *agent, g, obstacle, seen, target_grid, target_state, *scratch, 1)
+def _route(core, seen_wall: bool, agent=(2, 0), state=1) -> tuple[float, float, float]:
+    """The rescuer's route vector in a hand-made 5x5 world: a wall on column 2, rows 0-3
+    (seen or not); target 0 at (2, 4) in ``state``."""
+    core.obstacle[0] = 0
+    core.obstacle[0, 0:4, 2] = 1
+    core.seen[0] = int(seen_wall)
+    core.target_grid[0] = 0
+    core.target_grid[0, 2, 4] = 1
+    core.target_pos[0, 0] = (2, 4)
+    core.target_state[0, 0] = state
+    core.agent_pos[0, 0] = agent
+    core.route_key[0] = -1  # hand-edited world: drop the cached routes, as a reset does
+    buffers = core.new_obs_buffers()
+    core.observe_into(core.all_envs, buffers)
+    return tuple(float(x) for x in buffers[1][0, 0, -3:])
 
 
-def test_route_step_hand_worked():
-    # seen wall: both "down" (2) and "right" (4) start an 8-move route around the wall's
-    # open end (4, 2); the lowest action wins. Manhattan would point right, into the wall.
-    assert _route(seen_wall=True) == 2
+def test_route_vector_hand_worked():
+    cfg = make_config(
+        grid_size=5, n_scouts=0, n_rescuers=1, n_targets=1, obstacle_density=0.0, minimap_size=2
+    )
+    core = MultiSearchCore(cfg, 1)
+    core.reset_envs(core.all_envs, [np.random.default_rng(0)])
+    # seen wall: "down" and "right" both start an 8-move route around the wall's open end
+    # (4, 2); the lowest action (down) wins. Manhattan would point right, into the wall.
+    assert _route(core, seen_wall=True) == (1.0, 0.0, 1.0)
     # the wall not seen yet: unseen cells count as free, so straight right
-    assert _route(seen_wall=False) == 4
-    assert _route(seen_wall=True, agent=(2, 4)) == 0  # standing on it
-    assert _route(seen_wall=True, agent=(0, 3)) == 2  # (1,3) -> (2,3) -> (2,4): down first
-    assert _route(seen_wall=True, state=0) == -1  # hidden target: no route
-    assert _route(seen_wall=True, state=2) == -1  # collected
+    assert _route(core, seen_wall=False) == (0.0, 1.0, 1.0)
+    assert _route(core, seen_wall=True, agent=(2, 4)) == (0.0, 0.0, 1.0)  # standing on it
+    assert _route(core, seen_wall=True, agent=(0, 3)) == (1.0, 0.0, 1.0)  # down first
+    assert _route(core, seen_wall=True, agent=(4, 4)) == (-1.0, 0.0, 1.0)  # up
+    assert _route(core, seen_wall=True, agent=(2, 3)) == (0.0, 1.0, 1.0)  # right
+    assert _route(core, seen_wall=True, state=0) == (0.0, 0.0, 0.0)  # hidden: no route
+    assert _route(core, seen_wall=True, state=2) == (0.0, 0.0, 0.0)  # collected
 
 
 @pytest.mark.parametrize(
