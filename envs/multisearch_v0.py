@@ -54,7 +54,7 @@ minimap: reported         M*M     (``minimap=True`` only) 1 if the block holds a
                                   (the last row/column of blocks may be smaller)
 minimap: explored         M*M     (``minimap=True`` only) fraction of the block's cells
                                   (obstacles included) explored by the team
-route to nearest target  3       (``minimap=True`` only) (d_row, d_col) in {-1, 0, 1} of
+route to nearest target   3       (``minimap=True`` only) (d_row, d_col) in {-1, 0, 1} of
                                   the first move of a shortest route to the nearest reported
                                   target, and 1 if one is reachable; (0, 0, 1) on it; zeros
                                   if none. Routes plan on team knowledge: seen obstacles
