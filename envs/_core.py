@@ -683,26 +683,23 @@ def _observe_kernel(
         any_reported = False
         if minimap:  # shared by the env's agents
             team_map[:mm] = 0.0
+            state_sum = 0
             for k in range(n_targets):
+                state_sum += target_state[n, k]
                 if target_state[n, k] == 1:
                     any_reported = True
                     tr, tc = target_pos[n, k, 0], target_pos[n, k, 1]
                     team_map[block_of[tr] * m + block_of[tc]] = 1.0
+            seen_obstacles = -n_seen_free[n]
             for br in range(m):
                 for bc in range(m):
                     team_map[mm + br * m + bc] = block_seen[n, br, bc] / block_cells[br, bc]
-            if any_reported:
-                state_sum = 0
-                for k in range(n_targets):
-                    state_sum += target_state[n, k]
-                seen_obstacles = -n_seen_free[n]
-                for br in range(m):
-                    for bc in range(m):
-                        seen_obstacles += block_seen[n, br, bc]
-                if route_key[n, 0] != state_sum or route_key[n, 1] != seen_obstacles:
-                    _route_field(n, g, obstacle, seen, target_pos, target_state, route_dist, queue)
-                    route_key[n, 0] = state_sum
-                    route_key[n, 1] = seen_obstacles
+                    seen_obstacles += block_seen[n, br, bc]
+            stale = route_key[n, 0] != state_sum or route_key[n, 1] != seen_obstacles
+            if any_reported and stale:
+                _route_field(n, g, obstacle, seen, target_pos, target_state, route_dist, queue)
+                route_key[n, 0] = state_sum
+                route_key[n, 1] = seen_obstacles
         for a in range(n_agents):
             if a < n_scouts:
                 out = obs_scout[a, n]
@@ -747,11 +744,11 @@ def _observe_kernel(
                 here = route_dist[n, pr, pc] if any_reported else -1
                 if here >= 0:
                     out[base + 2] = 1.0
-                    for act in range(1, 5):  # the first move one step closer, in action order
+                if here > 0:  # the first move one step closer, in action order
+                    for act in range(1, 5):
                         nr = pr + STEP_DR[act]
                         nc = pc + STEP_DC[act]
-                        inside = 0 <= nr < g and 0 <= nc < g
-                        if here > 0 and inside and route_dist[n, nr, nc] == here - 1:
+                        if 0 <= nr < g and 0 <= nc < g and route_dist[n, nr, nc] == here - 1:
                             out[base] = STEP_DR[act]
                             out[base + 1] = STEP_DC[act]
                             break
