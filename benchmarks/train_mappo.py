@@ -3,7 +3,7 @@
 Throughput (one process, same run): agent-steps per second of
 
 - ``env``: the vector env stepped with uniformly random *allowed* actions (the ceiling),
-- ``rollout``: :class:`marl.rollout.RolloutCollector` with the MAPPO actors and critic,
+- ``rollout``: :class:`marl.collect.RolloutCollector` with the MAPPO actors and critic,
 - ``train``: full MAPPO iterations (rollout + advantages + policy and value updates),
 - ``train-seq``: the same with ``--parallel-update false`` (the update's independent parts one
   after another instead of in threads; identical results), alternating with ``train``,
@@ -49,8 +49,8 @@ def throughput(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from marl.config import parse_cli
-    from marl.mappo import MAPPO
+    from marl.run.config import parse_cli
+    from marl.algos.mappo import MAPPO
 
     sizes = [] if args.num_envs is None else ["--num-envs", str(args.num_envs)]
     if args.rollout_steps is not None:
@@ -134,7 +134,7 @@ def throughput(args: argparse.Namespace) -> None:
 
 def learn(args: argparse.Namespace) -> None:
     from envs.baselines import evaluate_policy
-    from marl.logging import read_metrics
+    from marl.run.runlog import read_metrics
 
     os.makedirs(args.out, exist_ok=True)
     results = {}

@@ -3,7 +3,7 @@
 One run, same tensor for every method: ``N`` float32 entries (default 10**7, mean far
 from zero) with 1, 8, 64 and 4096 groups (random ids). Methods:
 
-* ``grouped``: ``marl.whitening.whiten(x, group=g)`` (default backend: fused numba loops
+* ``grouped``: ``marl.core.whitening.whiten(x, group=g)`` (default backend: fused numba loops
   on CPU);
 * ``grouped[torch]``: the same kernel on the torch scatter backend (what CUDA uses);
 * ``plain``: ``(x - x.mean()) / (x.std() + eps)``, one group, the usual one-liner;
@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from marl import whitening as W  # noqa: E402
+from marl.core import whitening as W  # noqa: E402
 
 EPS = 1e-8
 

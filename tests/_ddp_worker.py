@@ -24,7 +24,7 @@ import time
 import torch
 from torch import nn
 
-from marl.distributed import (
+from marl.run.distributed import (
     DistributedError,
     all_gather_objects,
     all_reduce_sum,

@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from marl.advantages import group_relative_advantages  # noqa: E402
-from marl.whitening import RunningMoments, whiten  # noqa: E402
+from marl.core.advantages import group_relative_advantages  # noqa: E402
+from marl.core.whitening import RunningMoments, whiten  # noqa: E402
 
 
 def make_data(rank: int) -> dict[str, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""marl.advantages against hand-worked examples and sequential numpy float64 loops."""
+"""marl.core.advantages against hand-worked examples and sequential numpy float64 loops."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from marl.advantages import (
+from marl.core.advantages import (
     constant,
     discounted_returns,
     gae,
@@ -18,7 +18,7 @@ from marl.advantages import (
     shape_with_penalty,
     zero_std_mask,
 )
-from marl.whitening import is_whitened, whiten
+from marl.core.whitening import is_whitened, whiten
 
 
 def ref_gae(r, v, nv, term, trunc, gamma, lam):

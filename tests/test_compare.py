@@ -1,7 +1,7 @@
 """python -m marl.compare: variant parsing, validation, orchestration, resumption, report.
 
 Most tests inject a fake, fast train command (``--train-command``) that validates its options
-with ``marl.config.parse_cli`` like ``marl.train`` and writes a run directory with known numbers;
+with ``marl.run.config.parse_cli`` like ``marl.run.train`` and writes a run directory with known numbers;
 the figures in summary.json are checked against values computed here by hand / with numpy.
 ``test_end_to_end_real_train`` runs the real ``python -m marl.train`` (2 variants x 2 seeds).
 """
@@ -20,15 +20,15 @@ import numpy as np
 import pytest
 import yaml
 
-from marl import compare
-from marl.config import parse_cli
-from marl.studies import STUDIES, get_study
+from marl.experiments import compare
+from marl.run.config import parse_cli
+from marl.experiments.studies import STUDIES, get_study
 
 REPO = Path(__file__).resolve().parents[1]
 
 FAKE_TRAIN = r"""
-# Fake marl.train: reads the options compare passes, writes known numbers, fast (no torch;
-# compare itself validated every variant's options with marl.config.parse_cli).
+# Fake marl.run.train: reads the options compare passes, writes known numbers, fast (no torch;
+# compare itself validated every variant's options with marl.run.config.parse_cli).
 import json, os, sys, time
 
 opts = {}
@@ -498,5 +498,5 @@ def test_second_compare_on_same_out_refused(tmp_path, fake_train, monkeypatch, c
         with pytest.raises(SystemExit) as exc:
             run_main(argv, monkeypatch, tmp_path / "calls.log")
     assert exc.value.code == 2
-    assert "another marl.compare is running" in capsys.readouterr().err
+    assert "another marl.experiments.compare is running" in capsys.readouterr().err
     assert invocations(tmp_path / "calls.log") == []

@@ -1,4 +1,4 @@
-"""Tests for marl.distributed: single-process behaviour and real 2-process gloo runs."""
+"""Tests for marl.run.distributed: single-process behaviour and real 2-process gloo runs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from marl import distributed as D
+from marl.run import distributed as D
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "_ddp_worker.py"

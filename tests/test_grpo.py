@@ -1,4 +1,4 @@
-"""GRPO building blocks (marl.grpo) against hand-worked examples and numpy loop references."""
+"""GRPO building blocks (marl.algos.grpo) against hand-worked examples and numpy loop references."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from marl import grpo
-from marl.advantages import kl_k3
-from marl.config import ConfigError, TrainConfig
+from marl.algos import grpo
+from marl.core.advantages import kl_k3
+from marl.run.config import ConfigError, TrainConfig
 
 TINY_ENV = {"grid_size": 8, "max_cycles": 30, "n_targets": 2, "n_scouts": 1, "n_rescuers": 2}
 

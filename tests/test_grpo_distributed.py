@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from marl import grpo
+from marl.algos import grpo
 
 ROOT = Path(__file__).resolve().parents[1]
 P_PER_RANK, G = 2, 4

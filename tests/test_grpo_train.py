@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from marl.config import ConfigError, TrainConfig, parse_cli
-from marl.train import main
+from marl.run.config import ConfigError, TrainConfig, parse_cli
+from marl.run.train import main
 
 TINY = [
     "--algo", "grpo", "--seed", "2", "--num-envs", "8", "--group-size", "4", "--hidden-dim",

@@ -8,10 +8,10 @@ import pytest
 import torch
 from test_train_fakeenv import vector_env
 
-from marl.config import TrainConfig, validate_config
-from marl.mappo import MAPPO, window_plan
+from marl.run.config import TrainConfig, validate_config
+from marl.algos.mappo import MAPPO, window_plan
 from marl.policies import AgentLayout, MultiAgentPolicy
-from marl.rollout import RolloutCollector
+from marl.collect import RolloutCollector
 
 FAKE = "test_train_fakeenv:vector_env"
 
@@ -358,7 +358,7 @@ def test_parallel_update_runs_mamba_types_one_after_another(backbone):
 
 @pytest.mark.parametrize("max_norm", [0.5, 100.0, None])
 def test_clip_grad_norm_matches_torch(max_norm):
-    from marl.mappo import clip_grad_norm
+    from marl.algos.mappo import clip_grad_norm
 
     torch.manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(s)) for s in [(5, 3), (3,), (7, 2, 2)]]
@@ -390,7 +390,7 @@ def test_clip_grad_norm_matches_torch(max_norm):
 @pytest.mark.parametrize("weight_decay", [0.0, 0.01])
 def test_adam_step_matches_optimizer_step(weight_decay):
     """The lean fused-Adam step gives bit-identical parameters and state to Adam.step()."""
-    from marl.mappo import adam_step
+    from marl.algos.mappo import adam_step
 
     torch.manual_seed(0)
     shapes = [(16, 9), (16,), (3, 16), (3,)]
@@ -418,8 +418,8 @@ def test_ppo_stats_of_stacked_minibatches_equal_the_per_minibatch_mean(with_mask
     """The policy update's ratio statistics, computed after the epochs from a stack of the
     minibatches, equal the mean of per-minibatch ppo_stats calls (and the unequal-size
     fallback takes that loop)."""
-    from marl.mappo import _ppo_stats_mean
-    from marl.objectives import ppo_stats
+    from marl.algos.mappo import _ppo_stats_mean
+    from marl.core.losses import ppo_stats
 
     g = torch.Generator().manual_seed(3)
     records = []

@@ -1,4 +1,4 @@
-"""marl.objectives against hand-worked numbers and numpy float64 references."""
+"""marl.core.losses against hand-worked numbers and numpy float64 references."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from marl.objectives import (
+from marl.core.losses import (
     NonFiniteError,
     OptimismOffset,
     ValueNorm,

@@ -1,4 +1,4 @@
-"""marl.stats against hand-worked examples and an independent numpy bootstrap reference."""
+"""marl.experiments.stats against hand-worked examples and an independent numpy bootstrap reference."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from marl import stats
+from marl.experiments import stats
 
 # ------------------------------------------------------------------------------------------
 # independent numpy reference of the stratified percentile bootstrap (one task)

@@ -13,10 +13,10 @@ import pytest
 import torch
 import yaml
 
-from marl.checkpoint import latest_path, load_checkpoint
-from marl.config import ConfigError, TrainConfig, parse_cli
-from marl.logging import read_metrics
-from marl.train import main as train_main
+from marl.run.checkpoint import latest_path, load_checkpoint
+from marl.run.config import ConfigError, TrainConfig, parse_cli
+from marl.run.runlog import read_metrics
+from marl.run.train import main as train_main
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
@@ -286,7 +286,7 @@ def test_end_to_end_artifacts_on_a_second_env(tmp_path):
 
 
 def test_evaluate_cli_rewrites_eval_json(tmp_path, capsys):
-    from marl.evaluate import main as eval_main
+    from marl.run.evaluate import main as eval_main
 
     run = tmp_path / "run"
     assert _run(run, "--total-steps", "128", "--plots", "false", "--gif", "false") == 0
@@ -476,7 +476,7 @@ def test_bad_env_kwargs_fail_before_any_work(tmp_path, capsys):
 
 
 def test_algorithm_defaults_and_runs_written_before_the_activation_field(tmp_path):
-    from marl.config import config_to_dict, load_run_config
+    from marl.run.config import config_to_dict, load_run_config
 
     mappo, grpo = parse_cli([]), parse_cli(["--algo", "grpo"])
     assert (mappo.num_envs, mappo.activation) == (64, "relu")

@@ -1,4 +1,4 @@
-"""marl.whitening against a numpy float64 reference, both backends (numba loops, torch)."""
+"""marl.core.whitening against a numpy float64 reference, both backends (numba loops, torch)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from marl import whitening as W
-from marl.whitening import (
+from marl.core import whitening as W
+from marl.core.whitening import (
     SCHEMES,
     AdvantageWhitener,
     GroupKeys,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from marl.advantages import group_relative_advantages
-from marl.whitening import RunningMoments, whiten
+from marl.core.advantages import group_relative_advantages
+from marl.core.whitening import RunningMoments, whiten
 
 WORKER = Path(__file__).with_name("_dist_worker.py")
 ROOT = Path(__file__).resolve().parents[1]

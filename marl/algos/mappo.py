@@ -2,14 +2,14 @@
 
 One update reads top to bottom in :meth:`MAPPO.iteration`:
 
-1. collect ``T`` steps from ``E`` envs (:class:`marl.rollout.RolloutCollector`), with the
+1. collect ``T`` steps from ``E`` envs (:class:`marl.collect.RolloutCollector`), with the
    critic's team values ``[T, E, K]`` and per-agent individual values ``[T, E, N, K]``
    (K = ensemble size) and the values of truncated episodes' final states;
-2. GAE (:func:`marl.advantages.gae`) separately for the team channel (team reward) and the
+2. GAE (:func:`marl.core.advantages.gae`) separately for the team channel (team reward) and the
    individual channel (individual reward, plus the penalty reward unless penalty shaping is
    on or ``penalty_channel='none'``), for every ensemble head; the K heads' advantages are
    averaged;
-3. whitening (:class:`marl.whitening.AdvantageWhitener`): by default ``team_individual``
+3. whitening (:class:`marl.core.whitening.AdvantageWhitener`): by default ``team_individual``
    (team and individual advantages whitened separately per agent type, mixed by alpha);
    any other scheme whitens ``team + individual``; then the symmetric clip ``adv_clip``;
 4. optional penalty shaping (seed 003): ``A - beta(t) * whiten(penalty cost-to-go)``, the
@@ -19,7 +19,7 @@ One update reads top to bottom in :meth:`MAPPO.iteration`:
    stored initial states for recurrent backbones) and ``value_epochs`` of value updates, the
    two in separate threads with ``parallel_update`` (same results, see :class:`_Job`).
 
-Value targets are normalised by :class:`marl.objectives.ValueNorm` when ``value_norm``.
+Value targets are normalised by :class:`marl.core.losses.ValueNorm` when ``value_norm``.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from marl.advantages import constant as constant_schedule
-from marl.advantages import discounted_returns, gae, linear_decay, shape_with_penalty
-from marl.config import TrainConfig, whitener_from_config
-from marl.objectives import (
+from marl.core.advantages import constant as constant_schedule
+from marl.core.advantages import discounted_returns, gae, linear_decay, shape_with_penalty
+from marl.run.config import TrainConfig, whitener_from_config
+from marl.core.losses import (
     NonFiniteError,
     OptimismOffset,
     ValueNorm,
@@ -47,8 +47,8 @@ from marl.objectives import (
     value_loss,
 )
 from marl.policies import AgentLayout, CentralCritic, MultiAgentPolicy
-from marl.rollout import RolloutBatch, RolloutCollector, make_vector_env
-from marl.whitening import GroupKeys, advantage_stats, whiten
+from marl.collect import RolloutBatch, RolloutCollector, make_vector_env
+from marl.core.whitening import GroupKeys, advantage_stats, whiten
 
 __all__ = ["MAPPO", "ActorUpdater", "window_plan"]
 
@@ -396,7 +396,7 @@ def _step(
 ) -> float:
     """Average gradients across ranks, clip, step; returns the pre-clip grad norm."""
     if ctx is not None and getattr(ctx, "enabled", False):
-        from marl.distributed import average_gradients
+        from marl.run.distributed import average_gradients
 
         average_gradients(params, ctx)
     norm = clip_grad_norm([p.grad for p in params if p.grad is not None], max_norm)
@@ -468,7 +468,7 @@ def clip_grad_norm(grads: list[Tensor], max_norm: float | None) -> Tensor:
 
 
 class MAPPO:
-    """The MAPPO algorithm object driven by :mod:`marl.train` (``iteration(progress)``)."""
+    """The MAPPO algorithm object driven by :mod:`marl.run.train` (``iteration(progress)``)."""
 
     name = "mappo"
 
@@ -492,7 +492,7 @@ class MAPPO:
         )
         distributed = bool(getattr(ctx, "enabled", False))
         if distributed:
-            from marl.distributed import broadcast_parameters
+            from marl.run.distributed import broadcast_parameters
 
             broadcast_parameters(self.policy, ctx)
             broadcast_parameters(self.critic, ctx)
@@ -845,7 +845,7 @@ class MAPPO:
             self.value_norm_team.load_state_dict(d["value_norm_team"])
             self.value_norm_ind.load_state_dict(d["value_norm_ind"])
         if getattr(self.ctx, "enabled", False):
-            from marl.distributed import broadcast_parameters
+            from marl.run.distributed import broadcast_parameters
 
             broadcast_parameters(self.policy, self.ctx)
             broadcast_parameters(self.critic, self.ctx)

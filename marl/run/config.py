@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from marl import whitening as _whitening
+from marl.core import whitening as _whitening
 
 __all__ = [
     "ConfigError",
@@ -51,7 +51,7 @@ ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
     "mappo": {"num_envs": 64, "activation": "relu"},
     "grpo": {"num_envs": 32, "activation": "tanh"},
 }
-# The scheme names are marl.whitening's (one source of truth): a scheme added there is
+# The scheme names are marl.core.whitening's (one source of truth): a scheme added there is
 # selectable here.
 WHITENING_SCHEMES = _whitening.SCHEMES
 INNER_SCHEMES = _whitening.GROUPING_SCHEMES
@@ -188,7 +188,7 @@ class TrainConfig:
     )
     # ---- advantages and whitening ----------------------------------------------------------
     whitening: str = _f(
-        "team_individual", "Advantage whitening scheme (marl.whitening).", choices=WHITENING_SCHEMES
+        "team_individual", "Advantage whitening scheme (marl.core.whitening).", choices=WHITENING_SCHEMES
     )
     alpha: float = _f(0.5, "Team weight when mixing whitened team and individual advantages.")
     whiten_inner: str = _f(
@@ -210,7 +210,7 @@ class TrainConfig:
     )
     penalty_beta: float = _f(0.5, "Penalty shaping beta (initial value for 'linear').")
     penalty_beta_floor: float = _f(0.1, "Floor of the linear penalty beta schedule.")
-    # ---- GRPO (marl.grpo) ------------------------------------------------------------------
+    # ---- GRPO (marl.algos.grpo) ------------------------------------------------------------------
     group_size: int = _f(8, "GRPO: episodes per group (same reset seed).")
     grpo_advantage: str = _f("outcome", "GRPO advantage variant.", choices=GRPO_ADVANTAGES)
     grpo_scale_std: bool = _f(True, "GRPO: divide by the group std (False: Dr. GRPO).")
@@ -422,7 +422,7 @@ def _check_applicable(cfg: TrainConfig, explicit: Any) -> None:
     scheme = cfg.whitening
     grouped = ("team_individual", "running", "running_ema")
     # GRPO always mixes team and individual returns by alpha within groups of its inner
-    # grouping, and has no value norm (marl.grpo.validate_grpo_config checks its options)
+    # grouping, and has no value norm (marl.algos.grpo.validate_grpo_config checks its options)
     grpo = cfg.algo == "grpo"
     # (field, applies?, when it applies)
     rules = (
@@ -550,7 +550,7 @@ def validate_config(cfg: TrainConfig) -> None:
     _check_applicable(cfg, getattr(cfg, "_explicit", None))
     # options that do not apply to the chosen algorithm (value heads with grpo, GRPO-only
     # options with mappo) are rejected, not ignored
-    from marl.grpo import validate_grpo_config
+    from marl.algos.grpo import validate_grpo_config
 
     validate_grpo_config(cfg, getattr(cfg, "_explicit", None))
 
@@ -658,7 +658,7 @@ def parse_cli(argv: list[str] | None = None) -> TrainConfig:
         recipe_values = RECIPES[recipe]
         if explicit.get("algo", TrainConfig.algo) == "grpo":
             # a recipe is a preset for both algorithms: GRPO takes the parts that apply to it
-            from marl.grpo import INAPPLICABLE_TO_GRPO
+            from marl.algos.grpo import INAPPLICABLE_TO_GRPO
 
             recipe_values = {
                 k: v for k, v in recipe_values.items() if k not in INAPPLICABLE_TO_GRPO
@@ -669,7 +669,7 @@ def parse_cli(argv: list[str] | None = None) -> TrainConfig:
     env.update(env_over)
     values["env"] = env
     cfg = TrainConfig(**values)
-    # fields set on the command line (marl.grpo.validate_grpo_config rejects inapplicable ones)
+    # fields set on the command line (marl.algos.grpo.validate_grpo_config rejects inapplicable ones)
     cfg._explicit = frozenset(  # type: ignore[attr-defined]
         name for name in FIELDS if name != "env" and getattr(ns, name) is not None
     )
@@ -687,7 +687,7 @@ def whitener_from_config(
     """The advantage whitener the config asks for (``scheme`` overrides ``cfg.whitening``).
 
     One place maps the whitening fields (alpha, inner key, chunk size, clip, EMA momentum) to
-    :class:`marl.whitening.AdvantageWhitener`, for every algorithm.
+    :class:`marl.core.whitening.AdvantageWhitener`, for every algorithm.
     """
     return _whitening.AdvantageWhitener(
         cfg.whitening if scheme is None else scheme,

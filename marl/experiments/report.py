@@ -1,7 +1,7 @@
 """Summary, report and plots of a ``python -m marl.compare`` directory.
 
 :func:`build_summary` reads every finished run directory, computes the figures with
-:mod:`marl.stats` and returns one JSON-able mapping; :func:`write_all` writes it as
+:mod:`marl.experiments.stats` and returns one JSON-able mapping; :func:`write_all` writes it as
 
 * ``summary.json``: every figure (per-seed values, IQM and mean with CIs, probability of
   improvement over the reference with CI, learning-curve bands, stability figures, advantage
@@ -49,10 +49,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from marl import stats
+from marl.experiments import stats
 
 if TYPE_CHECKING:
-    from marl.compare import CompareSpec
+    from marl.experiments.compare import CompareSpec
 
 __all__ = ["METRICS", "build_summary", "write_all", "write_report", "make_plots"]
 
@@ -181,7 +181,7 @@ def build_summary(
 ) -> dict[str, Any]:
     """All figures of a comparison as one JSON-able mapping (see the module docstring).
 
-    ``records`` are :func:`marl.compare.collect_runs` rows. Only finished runs enter the
+    ``records`` are :func:`marl.experiments.compare.collect_runs` rows. Only finished runs enter the
     statistics; failed and missing runs are listed with their errors and counted, and produce
     warnings. Each bootstrap uses a seed derived from ``seed`` and the figure's name, so the
     summary is reproducible and independent of the variants' order.

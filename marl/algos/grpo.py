@@ -11,7 +11,7 @@ they differ only by the policy's sampled actions. One update, top to bottom
    (``valid [T, E]``). Per episode: the team return ``[E]`` and each agent's individual
    return ``[E, N]`` (the penalty channel is added to the individual one unless penalty
    shaping is on or ``penalty_channel='none'``, as in MAPPO). Returns are undiscounted.
-2. **Advantages** (all normalisation maths in :mod:`marl.advantages` / :mod:`marl.whitening`):
+2. **Advantages** (all normalisation maths in :mod:`marl.core.advantages` / :mod:`marl.core.whitening`):
 
    * ``outcome`` (default): team returns normalised within their group of G episodes;
      individual returns normalised within group x agent type (the ``G * n_k`` returns of the
@@ -37,8 +37,8 @@ they differ only by the policy's sampled actions. One update, top to bottom
 4. **Penalty shaping** (seed 003): ``A - beta(t) * normalised penalty`` where the penalty
    cost (``-reward_penalty``) is normalised like the individual channel (group x type;
    outcome: its episode sum, process: summed from t), ``beta(t)`` from the schedules of
-   :mod:`marl.advantages`; then the optional optimism offset ``A + b``.
-5. **Policy update**: MAPPO's clipped objective (:class:`marl.mappo.ActorUpdater`, shared
+   :mod:`marl.core.advantages`; then the optional optimism offset ``A + b``.
+5. **Policy update**: MAPPO's clipped objective (:class:`marl.algos.mappo.ActorUpdater`, shared
    code) over minibatches of whole episodes, masked to valid (and kept) steps, plus
    ``kl_beta * k3(pi || pi_ref)`` against a frozen reference policy refreshed every
    ``ref_refresh`` updates (0: never; the reference is the initial policy).
@@ -73,7 +73,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from marl.advantages import (
+from marl.core.advantages import (
     constant,
     group_relative_advantages,
     kl_k3,
@@ -81,11 +81,11 @@ from marl.advantages import (
     process_advantages,
     shape_with_penalty,
 )
-from marl.config import whitener_from_config
-from marl.objectives import NonFiniteError, OptimismOffset, linear_schedule
+from marl.run.config import whitener_from_config
+from marl.core.losses import NonFiniteError, OptimismOffset, linear_schedule
 from marl.policies import AgentLayout, MultiAgentPolicy
-from marl.rollout import EpisodeTracker, ObsBatcher, make_vector_env, reward_channels
-from marl.whitening import AdvantageWhitener, GroupKeys, advantage_stats, symmetric_clip
+from marl.collect import EpisodeTracker, ObsBatcher, make_vector_env, reward_channels
+from marl.core.whitening import AdvantageWhitener, GroupKeys, advantage_stats, symmetric_clip
 
 __all__ = [
     "GRPO",
@@ -145,7 +145,7 @@ class GRPOConfigError(ValueError):
 
 def _config_error(message: str) -> Exception:
     try:
-        from marl.config import ConfigError
+        from marl.run.config import ConfigError
 
         return ConfigError(message)
     except ImportError:  # pragma: no cover - config is part of the package
@@ -160,7 +160,7 @@ def validate_grpo_config(cfg: Any, explicit: Collection[str] | None = None) -> N
     """Reject options that do not apply to the configured algorithm.
 
     Args:
-        cfg: a ``marl.config.TrainConfig``.
+        cfg: a ``marl.run.config.TrainConfig``.
         explicit: names of the fields set on the command line (``parse_cli`` stores them as
             ``cfg._explicit``): setting an inapplicable field there is an error even at its
             default value (``--algo grpo --value-norm true``). Any other field (YAML file,
@@ -342,7 +342,7 @@ def collect_group_episodes(
 
     Returns:
         A :class:`GroupBatch`; ``episodes[e]`` is env e's episode record (returns by channel
-        and the env's end-of-episode info metrics, as :class:`marl.rollout.EpisodeTracker`).
+        and the env's end-of-episode info metrics, as :class:`marl.collect.EpisodeTracker`).
     """
     dev = torch.device(device)
     if getattr(vec, "autoreset", False):
@@ -521,7 +521,7 @@ def outcome_advantages(
         type_ids: ``[N]`` long, the agent type of each agent.
         alpha: team weight of the mix.
         scale_std: divide by the group std (False: Dr. GRPO, centre only).
-        leave_one_out: RLOO baseline (``marl.advantages.group_relative_advantages``).
+        leave_one_out: RLOO baseline (``marl.core.advantages.group_relative_advantages``).
         inner: ``"type"``: individual returns grouped by group x agent type; ``"batch"``: by
             group only.
         eps: added to the std.
@@ -654,7 +654,7 @@ def grpo_advantages(
     the penalty channel is kept apart and ``info["penalty"]`` holds the normalised penalty
     cost ``[T, E, N]``: ``-reward_penalty`` normalised within group x type (outcome: episode
     sums, broadcast; process: step costs normalised and summed from t). The caller shapes
-    ``A - beta(t) * info["penalty"]`` (``marl.advantages.shape_with_penalty``).
+    ``A - beta(t) * info["penalty"]`` (``marl.core.advantages.shape_with_penalty``).
 
     Returns ``(adv [T, E, N], info)``; info as :func:`outcome_advantages` plus ``raw`` (the
     mixed raw returns broadcast to valid steps, for "before whitening" statistics).
@@ -728,7 +728,7 @@ def grpo_advantages(
 
 
 def _actor_updater_cls():
-    from marl.mappo import ActorUpdater
+    from marl.algos.mappo import ActorUpdater
 
     class EpisodeActorUpdater(ActorUpdater):
         """MAPPO's clipped-objective updater with whole episodes as units and a step mask.
@@ -770,7 +770,7 @@ def _actor_updater_cls():
 
 
 class GRPO:
-    """The GRPO algorithm object driven by :mod:`marl.train` (``iteration(progress)``)."""
+    """The GRPO algorithm object driven by :mod:`marl.run.train` (``iteration(progress)``)."""
 
     name = "grpo"
 
@@ -794,7 +794,7 @@ class GRPO:
             else None
         )
         if self.distributed:
-            from marl.distributed import broadcast_parameters
+            from marl.run.distributed import broadcast_parameters
 
             broadcast_parameters(self.policy, ctx)
         self.actor = _actor_updater_cls()(
@@ -947,7 +947,7 @@ class GRPO:
             device=self.device,
         )
         if self.distributed:
-            from marl.distributed import all_reduce_sum
+            from marl.run.distributed import all_reduce_sum
 
             all_reduce_sum(counts, self.ctx)
         counts = counts.cpu()
@@ -1072,7 +1072,7 @@ class GRPO:
         if self.offset is not None:
             self.offset.load_state_dict(d["offset"])
         if self.distributed:
-            from marl.distributed import broadcast_parameters
+            from marl.run.distributed import broadcast_parameters
 
             broadcast_parameters(self.policy, self.ctx)
             if self.reference is not None:
@@ -1080,11 +1080,11 @@ class GRPO:
 
 
 def _guard(ctx: Any, what: str):
-    """``marl.distributed.guard`` when distributed, else a null context."""
+    """``marl.run.distributed.guard`` when distributed, else a null context."""
     import contextlib
 
     if ctx is not None and getattr(ctx, "enabled", False):
-        from marl.distributed import guard
+        from marl.run.distributed import guard
 
         return guard(ctx, what)
     return contextlib.nullcontext()

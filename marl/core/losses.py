@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from marl.advantages import kl_k3
+from marl.core.advantages import kl_k3
 
 __all__ = [
     "NonFiniteError",

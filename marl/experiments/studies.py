@@ -1,7 +1,7 @@
 """Built-in studies for ``python -m marl.compare --study NAME``.
 
 Each study is a list of named variants (train options, as ``--field=value`` strings of
-``python -m marl.train``, see ``marl/config.py``) and a reference variant that the others are
+``python -m marl.train``, see ``marl/run/config.py``) and a reference variant that the others are
 compared against (probability of improvement).
 
 =============  ================================================================================

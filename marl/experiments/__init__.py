@@ -1,0 +1,2 @@
+"""Experiment tooling: ``marl.compare`` (variants x seeds), aggregate statistics, reports and
+the built-in studies."""

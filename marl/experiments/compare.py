@@ -1,0 +1,886 @@
+"""Compare training variants over seeds in one command, with honest statistics.
+
+::
+
+    python -m marl.compare --algo mappo --config cfg.yaml \\
+        --variant baseline:--recipe=baseline --variant calibrated:--recipe=calibrated \\
+        --seeds 5 --total-steps 200000 --jobs 2 --out runs/cmp
+
+    python -m marl.compare --study calibration --seeds 5 --max-time 600 --out runs/calib
+    python -m marl.compare --study whitening --common=--backbone=gru --seeds 5 ...
+
+Every variant x seed is a normal ``python -m marl.train`` run (a subprocess) with
+``--run-dir OUT/runs/<variant>/seed_<s>``: the same run-directory format as any training run
+(docs/CONTRACTS.md section 4), its output in ``OUT/logs/<variant>/seed_<s>.log``. Up to
+``--jobs`` runs at once. Rerunning the same command skips finished runs (``eval.json``
+present), resumes interrupted ones from ``checkpoints/latest.pt`` (``--resume``) and restarts
+the others (a crashed run is retried). Then it aggregates (``marl.experiments.stats``: IQM and mean with
+stratified-bootstrap CIs, probability of improvement over the reference variant, stability
+figures) and writes ``summary.json``, ``report.md`` and ``plots/*.png`` (``marl.experiments.report``).
+
+Variant options: ``NAME:ARGS`` with ARGS train options separated by commas
+(``ti:--whitening=team_individual,--alpha=0.5``), or a YAML file (``--variants FILE``) mapping
+name -> list (or comma-separated string) of options. Options given with ``--common`` apply to
+every variant (a variant's own options win). Each variant's full option list is validated with
+``marl.run.config.parse_cli`` before any run starts; the options compare sets itself (seed, run
+directory, budget, algorithm, config file) are refused in variants.
+
+Each run also gets ``--torch-threads=max(1, cores // jobs)`` (unless the options set it) and
+``--progress=false --gif=false --baselines=false`` (no progress bar in the logs, no GIF, no
+end-of-run baseline episodes; none of them changes a result; ``--verbose-runs`` keeps them).
+OUT also holds ``compare.json`` (the setup: a rerun that would mix a different setup into OUT
+is refused), ``status.json`` (state, attempts, exit code, error of every run) and
+``compare.lock`` (one compare at a time per OUT). Exit status: 0 when every run finished, 1
+when some failed or are missing (they are listed in the report), 2 for bad input, 130 when
+interrupted (rerun to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Variant",
+    "CompareSpec",
+    "RunSpec",
+    "parse_variant",
+    "load_variants_file",
+    "build_spec",
+    "validate_spec",
+    "plan_runs",
+    "run_state",
+    "execute_runs",
+    "collect_runs",
+    "main",
+]
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+
+#: Train options that compare sets for every run; a variant may not set them.
+MANAGED_OPTIONS = {
+    "--seed": "set by --seeds / --first-seed",
+    "--run-dir": "set by compare (OUT/runs/NAME/seed_S)",
+    "--resume": "set by compare when resuming an interrupted run",
+    "--total-steps": "the budget is the same for every run: use compare's --total-steps",
+    "--max-time": "the budget is the same for every run: use compare's --max-time",
+    "--algo": "set by compare's --algo",
+    "--config": "set by compare's --config",
+}
+
+#: Options added to every run that change no result, only what a run prints and writes
+#: (no progress bar in the log files, no GIF, no end-of-run baseline episodes).
+QUIET_RUN_OPTIONS = ["--progress=false", "--gif=false", "--baselines=false"]
+
+LOG_TAIL_LINES = 25
+#: Seconds a run gets to checkpoint and exit after compare is interrupted.
+STOP_GRACE_S = 30.0
+
+
+class CompareError(ValueError):
+    """Invalid compare input (variants, options, budget, output directory)."""
+
+
+@dataclass
+class Variant:
+    """A named list of train options, e.g. ``Variant("ti", ["--alpha=0.5"])``."""
+
+    name: str
+    args: list[str]
+
+
+@dataclass
+class CompareSpec:
+    """Everything that defines a comparison (stored as OUT/compare.json)."""
+
+    algo: str
+    config: str | None
+    variants: list[Variant]
+    seeds: list[int]
+    out: str
+    reference: str
+    total_steps: int | None = None
+    max_time: float | None = None
+    common: list[str] = field(default_factory=list)
+    jobs: int = 1
+    train_command: list[str] = field(default_factory=lambda: [sys.executable, "-m", "marl.train"])
+    quiet_runs: bool = True
+    torch_threads: int | None = None
+    study: str | None = None
+
+    def budget_args(self) -> list[str]:
+        """The per-run budget as train options."""
+        args = []
+        if self.total_steps is not None:
+            args.append(f"--total-steps={self.total_steps}")
+        if self.max_time is not None:
+            args.append(f"--max-time={self.max_time:g}")
+        return args
+
+    def base_args(self) -> list[str]:
+        """Options shared by every run, before the variant's own."""
+        args = [f"--algo={self.algo}"]
+        if self.config is not None:
+            args.append(f"--config={self.config}")
+        return args + self.budget_args() + list(self.common)
+
+    def variant(self, name: str) -> Variant:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise KeyError(name)
+
+
+@dataclass
+class RunSpec:
+    """One variant x seed run."""
+
+    variant: str
+    seed: int
+    run_dir: str
+    log_path: str
+    train_args: list[str]  # train options without --resume
+
+    @property
+    def key(self) -> str:
+        return f"{self.variant}/seed_{self.seed}"
+
+
+# ------------------------------------------------------------------------------------------
+# variant parsing and validation
+# ------------------------------------------------------------------------------------------
+def _split_options(text: str, where: str) -> list[str]:
+    """Comma-separated options; each item may itself hold a flag and its value."""
+    args: list[str] = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            args.extend(shlex.split(item))
+        except ValueError as exc:
+            raise CompareError(f"{where}: cannot parse {item!r} ({exc})") from None
+    return args
+
+
+def _cpu_count() -> int:
+    """CPU cores this process may use (affinity-aware where the OS tells)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _check_name(name: str, where: str) -> None:
+    if not _NAME_RE.match(name):
+        raise CompareError(
+            f"{where}: invalid variant name {name!r}; allowed: letters, digits and _ . + - "
+            "(not starting with a punctuation character); it names a directory"
+        )
+
+
+def parse_variant(text: str) -> Variant:
+    """``NAME:ARGS`` -> Variant (ARGS: train options separated by commas; may be empty)."""
+    if not isinstance(text, str) or ":" not in text:
+        raise CompareError(
+            f"--variant {text!r}: expected NAME:ARGS, e.g. "
+            "ti:--whitening=team_individual,--alpha=0.5 (ARGS may be empty: 'default:')"
+        )
+    name, _, rest = text.partition(":")
+    name = name.strip()
+    _check_name(name, f"--variant {text!r}")
+    return Variant(name, _split_options(rest, f"--variant {name}"))
+
+
+def load_variants_file(path: str) -> list[Variant]:
+    """Variants from YAML: a mapping name -> list of options or a comma-separated string."""
+    import yaml
+
+    if not os.path.isfile(path):
+        raise CompareError(f"--variants: file not found: {path!r}")
+    with open(path) as fh:
+        data = yaml.safe_load(fh)
+    if not isinstance(data, dict) or not data:
+        raise CompareError(
+            f"--variants {path!r}: expected a non-empty mapping of variant name -> options "
+            "(a list like ['--alpha=0.5'] or a string like '--alpha=0.5,--whitening=type')"
+        )
+    variants = []
+    for name, options in data.items():
+        name = str(name)
+        _check_name(name, f"--variants {path!r}")
+        if options is None:
+            args: list[str] = []
+        elif isinstance(options, str):
+            args = _split_options(options, f"--variants {path!r}: {name}")
+        elif isinstance(options, list) and all(isinstance(o, str | int | float) for o in options):
+            args = [str(o) for o in options]
+        else:
+            raise CompareError(
+                f"--variants {path!r}: variant {name!r} has {options!r}; expected a list of "
+                "option strings or one comma-separated string"
+            )
+        variants.append(Variant(name, args))
+    return variants
+
+
+def _flag_name(token: str) -> str:
+    return token.split("=", 1)[0].replace("_", "-")
+
+
+def _check_options(args: Sequence[str], where: str) -> None:
+    for token in args:
+        if token.startswith("--") and _flag_name(token) in MANAGED_OPTIONS:
+            flag = _flag_name(token)
+            raise CompareError(f"{where}: option {flag} is not allowed: {MANAGED_OPTIONS[flag]}")
+    if args and not args[0].startswith("--"):
+        raise CompareError(f"{where}: options must start with '--', got {args[0]!r}")
+
+
+def _backbone_of(spec_like: CompareSpec) -> str:
+    """The backbone the runs use, from parse_cli over config + common options."""
+    from marl.run.config import parse_cli
+
+    try:
+        return str(parse_cli(spec_like.base_args()).backbone)
+    except ValueError as exc:
+        raise CompareError(f"--config/--common: {exc}") from None
+
+
+def validate_spec(spec: CompareSpec) -> None:
+    """Validate every variant's full train option list with ``marl.run.config.parse_cli``.
+
+    Raises CompareError naming the variant and the unknown option or invalid value, before any
+    run starts.
+    """
+    from marl.run.config import parse_cli
+
+    for v in spec.variants:
+        argv = spec.base_args() + v.args + ["--seed=0"]
+        if spec.quiet_runs:
+            argv += QUIET_RUN_OPTIONS
+        try:
+            parse_cli(argv)
+        except ValueError as exc:
+            options = " ".join(v.args) or "no options"
+            raise CompareError(f"variant {v.name!r} ({options}): {exc}") from None
+
+
+def build_spec(args: argparse.Namespace) -> CompareSpec:
+    """Turn parsed CLI arguments into a checked CompareSpec (no validation via parse_cli)."""
+    from marl.experiments.studies import get_study
+
+    if args.seeds < 1:
+        raise CompareError(f"--seeds must be >= 1, got {args.seeds}")
+    if args.first_seed < 0:
+        raise CompareError(f"--first-seed must be >= 0, got {args.first_seed}")
+    if args.total_steps is not None and args.total_steps < 1:
+        raise CompareError(f"--total-steps must be >= 1, got {args.total_steps}")
+    if args.max_time is not None and not args.max_time > 0:
+        raise CompareError(f"--max-time must be > 0 seconds, got {args.max_time}")
+    jobs = args.jobs if args.jobs is not None else _cpu_count()
+    if jobs < 1:
+        raise CompareError(f"--jobs must be >= 1, got {jobs}")
+    if args.config is not None and not os.path.isfile(args.config):
+        raise CompareError(f"--config: file not found: {args.config!r}")
+    common = _split_options(args.common or "", "--common")
+    _check_options(common, "--common")
+    train_command = (
+        shlex.split(args.train_command)
+        if args.train_command
+        else [sys.executable, "-m", "marl.train"]
+    )
+    if not train_command:
+        raise CompareError("--train-command is empty")
+    spec = CompareSpec(
+        algo=args.algo,
+        config=os.path.normpath(args.config) if args.config else None,
+        variants=[],
+        seeds=list(range(args.first_seed, args.first_seed + args.seeds)),
+        out=os.path.normpath(args.out),
+        reference="",
+        total_steps=args.total_steps,
+        max_time=args.max_time,
+        common=common,
+        jobs=jobs,
+        train_command=train_command,
+        quiet_runs=not args.verbose_runs,
+        torch_threads=args.torch_threads,
+        study=args.study,
+    )
+    variants: list[Variant] = []
+    study_reference = None
+    if args.study:
+        study = get_study(args.study, backbone=_backbone_of(spec), algo=spec.algo)
+        variants += [Variant(n, list(a)) for n, a in study.variants.items()]
+        study_reference = study.reference
+    if args.variants:
+        variants += load_variants_file(args.variants)
+    variants += [parse_variant(text) for text in args.variant or []]
+    if not variants:
+        raise CompareError("no variants: give --variant NAME:ARGS, --variants FILE or --study")
+    seen: set[str] = set()
+    for v in variants:
+        if v.name in seen:
+            raise CompareError(f"variant name {v.name!r} given twice; names must be unique")
+        seen.add(v.name)
+        _check_options(v.args, f"variant {v.name!r}")
+    spec.variants = variants
+    reference = args.reference or study_reference or variants[0].name
+    if reference not in seen:
+        raise CompareError(
+            f"--reference {reference!r} is not a variant; variants: {', '.join(sorted(seen))}"
+        )
+    spec.reference = reference
+    return spec
+
+
+# ------------------------------------------------------------------------------------------
+# planning and run state
+# ------------------------------------------------------------------------------------------
+def plan_runs(spec: CompareSpec) -> list[RunSpec]:
+    """One RunSpec per variant x seed, ordered seed-major so early results cover variants."""
+    threads = spec.torch_threads
+    if threads is None:
+        threads = max(1, _cpu_count() // max(1, spec.jobs))
+    runs = []
+    for seed in spec.seeds:
+        for v in spec.variants:
+            run_dir = os.path.join(spec.out, "runs", v.name, f"seed_{seed}")
+            log_path = os.path.join(spec.out, "logs", v.name, f"seed_{seed}.log")
+            user_args = spec.common + v.args
+            extra = []
+            if not any(_flag_name(a) == "--torch-threads" for a in user_args):
+                extra.append(f"--torch-threads={threads}")
+            if spec.quiet_runs:
+                extra += QUIET_RUN_OPTIONS
+            train_args = (
+                spec.base_args() + v.args + extra + [f"--seed={seed}", f"--run-dir={run_dir}"]
+            )
+            runs.append(RunSpec(v.name, seed, run_dir, log_path, train_args))
+    return runs
+
+
+def run_state(run: RunSpec) -> str:
+    """``finished`` (eval.json), ``resumable`` (a checkpoint), ``partial`` (a directory
+    without checkpoint: restarted from scratch) or ``new``."""
+    if os.path.isfile(os.path.join(run.run_dir, "eval.json")):
+        return "finished"
+    if os.path.isfile(os.path.join(run.run_dir, "checkpoints", "latest.pt")):
+        return "resumable"
+    if os.path.isdir(run.run_dir):
+        return "partial"
+    return "new"
+
+
+def _file_sha256(path: str | None) -> str | None:
+    if path is None:
+        return None
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        h.update(fh.read())
+    return h.hexdigest()
+
+
+def _spec_record(spec: CompareSpec) -> dict[str, Any]:
+    return {
+        "algo": spec.algo,
+        "config": spec.config,
+        "config_sha256": _file_sha256(spec.config),
+        "total_steps": spec.total_steps,
+        "max_time": spec.max_time,
+        "common": spec.common,
+        "variants": {v.name: v.args for v in spec.variants},
+        "seeds": spec.seeds,
+        "reference": spec.reference,
+        "study": spec.study,
+        "train_command": spec.train_command,
+    }
+
+
+def _atomic_write_json(path: str, obj: Any) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh, indent=2, sort_keys=False)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def check_and_store_spec(spec: CompareSpec) -> None:
+    """Write OUT/compare.json; refuse to mix results of a different setup into OUT.
+
+    A rerun may add variants or seeds and change the reference, but a variant name whose options
+    changed, or a changed algorithm, config file (content), budget or common options, would mix
+    incomparable runs: that raises CompareError.
+    """
+    os.makedirs(spec.out, exist_ok=True)
+    path = os.path.join(spec.out, "compare.json")
+    record = _spec_record(spec)
+    if os.path.isfile(path):
+        with open(path) as fh:
+            old = json.load(fh)
+        for key in ("algo", "config_sha256", "total_steps", "max_time", "common"):
+            if old.get(key) != record[key]:
+                raise CompareError(
+                    f"{path}: this output directory holds runs with {key}={old.get(key)!r}, "
+                    f"now {record[key]!r}; use a new --out (or delete the old runs)"
+                )
+        for name, args in record["variants"].items():
+            if name in old.get("variants", {}) and old["variants"][name] != args:
+                raise CompareError(
+                    f"{path}: variant {name!r} was run with {old['variants'][name]} and is now "
+                    f"{args}; rename the variant or use a new --out"
+                )
+        merged_variants = dict(old.get("variants", {}))
+        merged_variants.update(record["variants"])
+        record["all_variants_run"] = merged_variants
+    _atomic_write_json(path, record)
+
+
+# ------------------------------------------------------------------------------------------
+# execution
+# ------------------------------------------------------------------------------------------
+def _parent_death_signal_setter() -> Any:
+    """A ``preexec_fn`` for Popen: on Linux the child gets SIGINT when compare dies (even by
+    SIGKILL), so that a train run stops at the end of its update with a checkpoint instead of
+    running on unsupervised. None elsewhere. libc is resolved here, in the parent, so that the
+    child runs no import between fork and exec."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):  # pragma: no cover - unusual libc
+        return None
+    pr_set_pdeathsig, sigint = 1, int(signal.SIGINT)
+
+    def set_death_signal() -> None:  # pragma: no cover - runs in the child
+        prctl(pr_set_pdeathsig, sigint)
+
+    return set_death_signal
+
+
+def _log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
+    if not os.path.isfile(path):
+        return "(no log file)"
+    with open(path, errors="replace") as fh:
+        content = fh.read().splitlines()
+    return "\n".join(content[-lines:])
+
+
+def _load_status(out: str) -> dict[str, Any]:
+    path = os.path.join(out, "status.json")
+    if os.path.isfile(path):
+        with open(path) as fh:
+            return json.load(fh)
+    return {}
+
+
+@dataclass
+class _Active:
+    run: RunSpec
+    proc: subprocess.Popen
+    started: float
+    mode: str
+    log: Any
+
+
+def execute_runs(
+    spec: CompareSpec,
+    runs: list[RunSpec],
+    *,
+    progress: bool = True,
+    poll_s: float = 0.2,
+) -> dict[str, Any]:
+    """Run the unfinished runs, up to ``spec.jobs`` at once; returns the status mapping.
+
+    The status (OUT/status.json, rewritten after every change) maps ``variant/seed_S`` to
+    ``{"state", "returncode", "wall_s", "attempts", "mode", "command", "error"}`` where state
+    is ``finished`` or ``failed`` (a run that exited without eval.json; ``error`` holds the tail
+    of its log). Ctrl-C / SIGTERM stops the running children and re-raises KeyboardInterrupt.
+    """
+    from tqdm import tqdm
+
+    status = _load_status(spec.out)
+    status_path = os.path.join(spec.out, "status.json")
+    pending: deque[RunSpec] = deque()
+    finished_before = 0
+    for run in runs:
+        if run_state(run) == "finished":
+            finished_before += 1
+            entry = status.setdefault(run.key, {})
+            entry.update(state="finished", command=entry.get("command") or None)
+        else:
+            pending.append(run)
+    _atomic_write_json(status_path, status)
+
+    death_signal = _parent_death_signal_setter()
+    env = dict(os.environ)
+    pythonpath = env.get("PYTHONPATH", "")
+    repo_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = repo_root + (os.pathsep + pythonpath if pythonpath else "")
+
+    active: list[_Active] = []
+    bar = tqdm(
+        total=len(runs),
+        initial=finished_before,
+        desc="runs",
+        unit="run",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
+    failed = 0
+
+    def postfix() -> None:
+        bar.set_postfix(running=len(active), left=len(pending), failed=failed, refresh=True)
+
+    def start(run: RunSpec) -> _Active:
+        state = run_state(run)
+        argv = list(run.train_args)
+        if state == "resumable":
+            mode = "resume"
+            argv.append(f"--resume={run.run_dir}")
+        else:
+            mode = "restart" if state == "partial" else "start"
+            if state == "partial":
+                shutil.rmtree(run.run_dir)
+        os.makedirs(os.path.dirname(run.log_path), exist_ok=True)
+        os.makedirs(os.path.dirname(run.run_dir), exist_ok=True)
+        command = spec.train_command + argv
+        log = open(run.log_path, "a")  # noqa: SIM115 - closed when the run ends
+        log.write(
+            f"=== marl.experiments.compare {mode} {time.strftime('%Y-%m-%d %H:%M:%S')}: {shlex.join(command)}\n"
+        )
+        log.flush()
+        child_env = env
+        m = [a for a in argv if _flag_name(a) == "--torch-threads"]
+        if m and "=" in m[-1]:
+            child_env = dict(env)
+            n = m[-1].split("=", 1)[1]
+            if n.isdigit() and int(n) > 0:
+                child_env["OMP_NUM_THREADS"] = n
+                child_env["MKL_NUM_THREADS"] = n
+        proc = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=child_env,
+            start_new_session=True,
+            preexec_fn=death_signal,
+        )
+        entry = status.setdefault(run.key, {})
+        entry.update(
+            state="running",
+            mode=mode,
+            command=shlex.join(command),
+            attempts=int(entry.get("attempts", 0)) + 1,
+            log=os.path.relpath(run.log_path, spec.out),
+        )
+        _atomic_write_json(status_path, status)
+        return _Active(run, proc, time.monotonic(), mode, log)
+
+    def finish(item: _Active, returncode: int) -> None:
+        nonlocal failed
+        item.log.close()
+        wall = time.monotonic() - item.started
+        entry = status[item.run.key]
+        entry.update(returncode=returncode, wall_s=round(wall, 3))
+        if returncode == 0 and run_state(item.run) == "finished":
+            entry.update(state="finished", error=None)
+            msg = f"done   {item.run.key} ({item.mode}) in {wall:.1f}s"
+        else:
+            failed += 1
+            reason = (
+                f"exit code {returncode}" if returncode != 0 else "exit code 0 but no eval.json"
+            )
+            entry.update(state="failed", error=f"{reason}\n{_log_tail(item.run.log_path)}")
+            msg = f"FAILED {item.run.key} ({reason}); log: {item.run.log_path}"
+        _atomic_write_json(status_path, status)
+        bar.update(1)
+        if progress:
+            bar.write(msg)
+        else:
+            print(msg, file=sys.stderr, flush=True)
+
+    def stop_all() -> None:
+        # SIGINT first: marl.run.train finishes its update and writes a checkpoint, so the next
+        # compare resumes it; SIGKILL after the grace period.
+        for item in active:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(item.proc.pid, signal.SIGINT)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for item in active:
+            try:
+                item.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(item.proc.pid, signal.SIGKILL)
+                item.proc.wait()
+            item.log.close()
+            entry = status[item.run.key]
+            entry.update(state="interrupted", returncode=item.proc.returncode)
+        _atomic_write_json(status_path, status)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        postfix()
+        while pending or active:
+            while pending and len(active) < spec.jobs:
+                active.append(start(pending.popleft()))
+                postfix()
+            time.sleep(poll_s)
+            for item in list(active):
+                rc = item.proc.poll()
+                if rc is not None:
+                    active.remove(item)
+                    finish(item, rc)
+                    postfix()
+    except KeyboardInterrupt:
+        stop_all()
+        bar.close()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    bar.close()
+    return status
+
+
+@contextlib.contextmanager
+def _exclusive(out: str) -> Iterator[None]:
+    """Hold an exclusive lock on OUT/compare.lock (released even if compare is killed), so
+    that two compares never run the same runs at once."""
+    path = os.path.join(out, "compare.lock")
+    with open(path, "w") as fh:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX: no locking
+            yield
+            return
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise CompareError(
+                f"another marl.experiments.compare is running on {out} (lock {path} is held); wait for it "
+                "or use a different --out"
+            ) from None
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def collect_runs(spec: CompareSpec, runs: list[RunSpec]) -> list[dict[str, Any]]:
+    """One record per run for the report: state, error (log tail), command, timing."""
+    status = _load_status(spec.out)
+    records = []
+    for run in runs:
+        entry = status.get(run.key, {})
+        state = run_state(run)
+        if state == "finished":
+            final = "finished"
+        elif entry.get("state") == "failed":
+            final = "failed"
+        else:
+            final = "missing"  # never run, or interrupted
+        records.append(
+            {
+                "variant": run.variant,
+                "seed": run.seed,
+                "run_dir": run.run_dir,
+                "log": os.path.relpath(run.log_path, spec.out),
+                "status": final,
+                "error": entry.get("error") if final == "failed" else None,
+                "command": entry.get("command") or shlex.join(spec.train_command + run.train_args),
+                "returncode": entry.get("returncode"),
+                "wall_s": entry.get("wall_s"),
+                "attempts": entry.get("attempts", 0),
+            }
+        )
+    return records
+
+
+# ------------------------------------------------------------------------------------------
+# CLI
+# ------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m marl.compare`` argument parser."""
+    p = argparse.ArgumentParser(
+        prog="python -m marl.compare",
+        description="Run variants x seeds as normal training runs, then aggregate with "
+        "bootstrap CIs (IQM, mean, probability of improvement) into summary.json, report.md "
+        "and plots.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Example: python -m marl.compare --study calibration --seeds 5 "
+        "--total-steps 200000 --jobs 2 --out runs/calibration\n"
+        "Values that start with '--' need '=': --common=--backbone=gru",
+    )
+    p.add_argument("--algo", default="mappo", choices=("mappo", "grpo"), help="Algorithm.")
+    p.add_argument("--config", default=None, help="YAML train config shared by every run.")
+    p.add_argument(
+        "--variant",
+        action="append",
+        metavar="NAME:ARGS",
+        help="A variant: NAME, a colon, train options separated by commas "
+        "(ti:--whitening=team_individual,--alpha=0.5). Repeatable.",
+    )
+    p.add_argument(
+        "--variants", metavar="FILE", help="YAML file: variant name -> list of train options."
+    )
+    p.add_argument(
+        "--study",
+        choices=("whitening", "calibration", "memory"),
+        help="A built-in set of variants (marl.experiments.studies); --variant adds to it.",
+    )
+    p.add_argument(
+        "--common",
+        metavar="ARGS",
+        help="Train options for every variant, comma-separated (--common=--backbone=gru).",
+    )
+    p.add_argument("--seeds", type=int, default=5, help="Seeds per variant (default 5).")
+    p.add_argument("--first-seed", type=int, default=0, help="Seeds are FIRST..FIRST+K-1.")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--total-steps", type=int, help="Env steps per run.")
+    budget.add_argument("--max-time", type=float, help="Wall-clock seconds per run.")
+    p.add_argument(
+        "--jobs", type=int, default=None, help="Runs at once (default: number of CPU cores)."
+    )
+    p.add_argument("--out", required=True, help="Output directory.")
+    p.add_argument(
+        "--reference", help="Variant the others are compared with (default: study's or first)."
+    )
+    p.add_argument(
+        "--bootstrap-reps", type=int, default=2000, help="Bootstrap resamples (default 2000)."
+    )
+    p.add_argument("--bootstrap-seed", type=int, default=0, help="Seed of the bootstrap.")
+    p.add_argument("--confidence", type=float, default=0.95, help="CI level (default 0.95).")
+    p.add_argument(
+        "--entropy-threshold",
+        type=float,
+        default=0.1,
+        help="Entropy collapse: first update with policy entropy below this (nats; default 0.1).",
+    )
+    p.add_argument(
+        "--torch-threads",
+        type=int,
+        default=None,
+        help="torch threads per run (default: cores // jobs, at least 1).",
+    )
+    p.add_argument("--title", help="Report title (default from the study / variants).")
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="Start no run: aggregate what OUT holds (unfinished runs listed as missing).",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="Validate and print the run commands; run nothing."
+    )
+    p.add_argument("--no-progress", action="store_true", help="No tqdm progress bar.")
+    p.add_argument("--no-plots", action="store_true", help="Skip the PNG plots.")
+    p.add_argument(
+        "--verbose-runs",
+        action="store_true",
+        help=f"Do not add {' '.join(QUIET_RUN_OPTIONS)} to the runs.",
+    )
+    p.add_argument(
+        "--train-command",
+        help="Command that trains one run, instead of 'python -m marl.train' (e.g. "
+        "'torchrun --nproc-per-node 2 -m marl.train'); it receives the train options.",
+    )
+    p.add_argument(
+        "--no-validate",
+        action="store_true",
+        help="Skip marl.run.config.parse_cli validation (only for a --train-command that does "
+        "not take marl.run.train's options).",
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point; returns the exit code (0: all runs finished, 1: some failed/missing)."""
+    from marl.experiments import report
+
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(raw_argv)
+    try:
+        spec = build_spec(args)
+        if args.no_validate and not args.train_command:
+            raise CompareError("--no-validate is only allowed with --train-command")
+        if not args.no_validate:
+            validate_spec(spec)
+        if args.bootstrap_reps < 1:
+            raise CompareError(f"--bootstrap-reps must be >= 1, got {args.bootstrap_reps}")
+        if not 0.0 < args.confidence < 1.0:
+            raise CompareError(f"--confidence must be in (0, 1), got {args.confidence}")
+        runs = plan_runs(spec)
+        if args.dry_run:
+            for run in runs:
+                command = shlex.join(spec.train_command + run.train_args)
+                print(f"{run.key} [{run_state(run)}]: {command}")
+            return 0
+        check_and_store_spec(spec)
+    except CompareError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    if len(spec.seeds) < 2:
+        print(
+            f"warning: --seeds {len(spec.seeds)}: fewer than 2 seeds give point estimates "
+            "without confidence intervals",
+            file=sys.stderr,
+        )
+    t0 = time.time()
+    if not args.report_only:
+        try:
+            with _exclusive(spec.out):
+                execute_runs(spec, runs, progress=not args.no_progress)
+        except KeyboardInterrupt:
+            print(
+                "interrupted: running runs stopped; rerun the same command to resume",
+                file=sys.stderr,
+            )
+            return 130
+        except CompareError as exc:
+            parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    records = collect_runs(spec, runs)
+    summary = report.build_summary(
+        spec,
+        records,
+        reps=args.bootstrap_reps,
+        seed=args.bootstrap_seed,
+        confidence=args.confidence,
+        entropy_threshold=args.entropy_threshold,
+        command=shlex.join(["python", "-m", "marl.compare", *raw_argv]),
+        wall_s=time.time() - t0,
+        title=args.title,
+    )
+    report.write_all(summary, spec.out, plots=not args.no_plots)
+    for warning in summary["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"report: {os.path.join(spec.out, 'report.md')}")
+    print(f"summary: {os.path.join(spec.out, 'summary.json')}")
+    n_bad = sum(r["status"] != "finished" for r in records)
+    return 1 if n_bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

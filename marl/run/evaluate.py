@@ -1,0 +1,224 @@
+"""Evaluation on fixed validation seeds, episode GIFs, and ``python -m marl.evaluate RUN_DIR``.
+
+Figures (one episode per validation seed, envs without autoreset):
+``success_rate`` (mean of the env's ``success`` info: fraction of targets collected),
+``solved_rate`` (mean of ``solved``), ``mean_return`` (mean over episodes of the mean over
+agents of the summed reward), ``coverage``, ``revisit_rate``, ``episode_length``; metrics the env
+does not provide are reported as None.
+
+Evaluation samples actions with its own ``torch.Generator`` (seeded from the first validation
+seed) so that it never disturbs the training RNG streams; ``deterministic=True`` takes the
+most likely action instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from marl.policies import AgentLayout, MultiAgentPolicy
+from marl.collect import EpisodeTracker, ObsBatcher, make_vector_env, reward_channels
+
+__all__ = ["evaluate_policy", "record_episode", "format_table", "main", "EVAL_KEYS"]
+
+#: eval.json figure -> info/record key
+EVAL_KEYS = {
+    "success_rate": "success",
+    "solved_rate": "solved",
+    "mean_return": "return",
+    "coverage": "coverage",
+    "revisit_rate": "revisit_rate",
+    "episode_length": "episode_length",
+}
+
+
+@torch.no_grad()
+def evaluate_policy(
+    policy: MultiAgentPolicy,
+    env_fn: str,
+    env_kwargs: dict,
+    seeds: Sequence[int],
+    *,
+    deterministic: bool = False,
+    device: torch.device | str | None = None,
+) -> dict[str, Any]:
+    """Run one episode per seed (all in one vector env) and summarise (see module doc).
+
+    ``device``: where observations go (default: the policy's device).
+    """
+    if device is None:
+        device = next(policy.parameters()).device
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must not be empty")
+    n = len(seeds)
+    vec = make_vector_env(env_fn, n, env_kwargs, autoreset=False)
+    layout = AgentLayout.from_env(vec)
+    batcher = ObsBatcher(layout, device)
+    tracker = EpisodeTracker(n, layout.n_agents)
+    obs, _ = vec.reset(seed=seeds)
+    state = policy.initial_state(n)
+    reset = torch.ones(n, dtype=torch.bool, device=device)
+    finished = np.zeros(n, bool)
+    records: list[dict[str, float] | None] = [None] * n
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seeds[0])
+    limit = int(getattr(vec, "max_cycles", 100_000)) + 1
+    was_training = policy.training
+    policy.eval()
+    for _ in range(limit):
+        obs_t, mask_t = batcher(obs)
+        actions, _, state = policy.act(
+            obs_t, mask_t, state, reset, deterministic=deterministic, generator=gen
+        )
+        reset = torch.zeros(n, dtype=torch.bool, device=device)
+        obs, _, terms, truncs, infos = vec.step(batcher.actions_to_env(actions))
+        team, ind, pen = reward_channels(infos, layout.agents)
+        a0 = layout.agents[0]
+        done = np.asarray(terms[a0], bool) | np.asarray(truncs[a0], bool)
+        newly = done & ~finished
+        team, ind, pen = team * ~finished, ind * ~finished[:, None], pen * ~finished[:, None]
+        for rec, i in zip(
+            tracker.step(team, ind, pen, newly, infos, layout.agents),
+            np.flatnonzero(newly),
+            strict=True,
+        ):
+            records[i] = rec
+        finished |= done
+        if finished.all():
+            break
+    policy.train(was_training)
+    if not finished.all():
+        raise RuntimeError(f"evaluation episodes did not end within {limit} steps")
+    out: dict[str, Any] = {}
+    for name, key in EVAL_KEYS.items():
+        vals = [r[key] for r in records if r is not None and key in r]
+        out[name] = float(np.mean(vals)) if len(vals) == n else None
+    out["n_episodes"] = n
+    out["seeds"] = seeds
+    out["deterministic"] = bool(deterministic)
+    return out
+
+
+@torch.no_grad()
+def record_episode(
+    policy: MultiAgentPolicy,
+    env_fn: str,
+    env_kwargs: dict,
+    seed: int,
+    *,
+    deterministic: bool = False,
+    device: torch.device | str | None = None,
+) -> list[np.ndarray]:
+    """RGB frames (uint8 ``[H, W, 3]``) of one episode; [] if the env cannot render.
+
+    Uses the vector env's optional ``render(index)`` (rgb_array), so any env following the
+    contract and offering it works.
+    """
+    if device is None:
+        device = next(policy.parameters()).device
+    vec = make_vector_env(env_fn, 1, {**env_kwargs, "render_mode": "rgb_array"}, autoreset=False)
+    if not hasattr(vec, "render"):
+        return []
+    layout = AgentLayout.from_env(vec)
+    batcher = ObsBatcher(layout, device)
+    obs, _ = vec.reset(seed=[int(seed)])
+    state = policy.initial_state(1)
+    reset = torch.ones(1, dtype=torch.bool, device=device)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int(seed))
+    frames = [np.asarray(vec.render(0))]
+    for _ in range(int(getattr(vec, "max_cycles", 10_000))):
+        obs_t, mask_t = batcher(obs)
+        actions, _, state = policy.act(
+            obs_t, mask_t, state, reset, deterministic=deterministic, generator=gen
+        )
+        reset = torch.zeros(1, dtype=torch.bool, device=device)
+        obs, _, terms, truncs, _ = vec.step(batcher.actions_to_env(actions))
+        frames.append(np.asarray(vec.render(0)))
+        a0 = layout.agents[0]
+        if bool(np.asarray(terms[a0])[0]) or bool(np.asarray(truncs[a0])[0]):
+            break
+    return frames
+
+
+def _fmt(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "   n/a"
+    return f"{v:6.3f}" if abs(v) < 1000 else f"{v:6.0f}"
+
+
+def format_table(rows: dict[str, dict[str, Any]]) -> str:
+    """A plain-text table: one row per policy, columns = the eval figures."""
+    cols = ["success_rate", "solved_rate", "mean_return", "coverage", "episode_length"]
+    head = f"{'policy':<12}" + "".join(f"{c:>16}" for c in cols)
+    lines = [head, "-" * len(head)]
+    for name, r in rows.items():
+        lines.append(f"{name:<12}" + "".join(f"{_fmt(r.get(c)):>16}" for c in cols))
+    return "\n".join(lines)
+
+
+def load_run_policy(run_dir: str, device: str = "cpu") -> tuple[MultiAgentPolicy, Any, dict]:
+    """(policy with the latest checkpoint's weights, its TrainConfig, the checkpoint)."""
+    from marl.run.checkpoint import latest_path, load_checkpoint
+    from marl.run.config import config_from_dict, load_run_config
+
+    cfg = config_from_dict(load_run_config(run_dir))
+    ckpt = load_checkpoint(latest_path(run_dir))
+    vec = make_vector_env(cfg.env_fn, 1, cfg.env, autoreset=False)
+    policy = MultiAgentPolicy(
+        AgentLayout.from_env(vec), cfg.backbone, cfg.hidden_dim, cfg.activation
+    ).to(device)
+    policy.load_state_dict(ckpt["algo"]["policy"])
+    return policy, cfg, ckpt
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m marl.evaluate",
+        description="Re-evaluate a run's latest checkpoint on its validation seeds, print the "
+        "figures and rewrite RUN_DIR/eval.json.",
+    )
+    p.add_argument("run_dir")
+    p.add_argument(
+        "--episodes",
+        type=int,
+        default=None,
+        help="validation episodes (default: the run's eval_episodes)",
+    )
+    p.add_argument("--deterministic", action="store_true", help="greedy actions")
+    args = p.parse_args(argv)
+    if not os.path.isdir(args.run_dir):
+        print(f"error: {args.run_dir!r} is not a directory", file=sys.stderr)
+        return 2
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    policy, cfg, _ = load_run_policy(args.run_dir)
+    n = cfg.eval_episodes if args.episodes is None else args.episodes
+    if n < 1:
+        print("error: --episodes must be >= 1", file=sys.stderr)
+        return 2
+    seeds = list(range(cfg.eval_seed, cfg.eval_seed + n))
+    result = evaluate_policy(
+        policy,
+        cfg.env_fn,
+        cfg.env,
+        seeds,
+        deterministic=args.deterministic or cfg.eval_deterministic,
+    )
+    with open(os.path.join(args.run_dir, "eval.json.tmp"), "w") as fh:
+        json.dump(result, fh, indent=2)
+    os.replace(os.path.join(args.run_dir, "eval.json.tmp"), os.path.join(args.run_dir, "eval.json"))
+    print(format_table({cfg.algo: result}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
