@@ -49,8 +49,8 @@ def throughput(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from marl.run.config import parse_cli
     from marl.algos.mappo import MAPPO
+    from marl.run.config import parse_cli
 
     sizes = [] if args.num_envs is None else ["--num-envs", str(args.num_envs)]
     if args.rollout_steps is not None:

@@ -1,4 +1,4 @@
-"""``python -m marl.evaluate``: the command-line entry point (implemented in :mod:`marl.run.evaluate`)."""
+"""``python -m marl.evaluate``: the command-line entry point (see the module it re-exports)."""
 
 from marl.run.evaluate import *  # noqa: F403
 from marl.run.evaluate import __all__, main  # noqa: F401

@@ -1,4 +1,4 @@
-"""``python -m marl.train``: the command-line entry point (implemented in :mod:`marl.run.train`)."""
+"""``python -m marl.train``: the command-line entry point (see the module it re-exports)."""
 
 from marl.run.train import *  # noqa: F403
 from marl.run.train import __all__, main  # noqa: F401

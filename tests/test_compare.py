@@ -1,7 +1,8 @@
 """python -m marl.compare: variant parsing, validation, orchestration, resumption, report.
 
 Most tests inject a fake, fast train command (``--train-command``) that validates its options
-with ``marl.run.config.parse_cli`` like ``marl.run.train`` and writes a run directory with known numbers;
+with ``marl.run.config.parse_cli`` like ``marl.train`` and writes a run directory with known
+numbers;
 the figures in summary.json are checked against values computed here by hand / with numpy.
 ``test_end_to_end_real_train`` runs the real ``python -m marl.train`` (2 variants x 2 seeds).
 """
@@ -21,8 +22,8 @@ import pytest
 import yaml
 
 from marl.experiments import compare
-from marl.run.config import parse_cli
 from marl.experiments.studies import STUDIES, get_study
+from marl.run.config import parse_cli
 
 REPO = Path(__file__).resolve().parents[1]
 

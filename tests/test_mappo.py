@@ -8,10 +8,10 @@ import pytest
 import torch
 from test_train_fakeenv import vector_env
 
-from marl.run.config import TrainConfig, validate_config
 from marl.algos.mappo import MAPPO, window_plan
-from marl.policies import AgentLayout, MultiAgentPolicy
 from marl.collect import RolloutCollector
+from marl.policies import AgentLayout, MultiAgentPolicy
+from marl.run.config import TrainConfig, validate_config
 
 FAKE = "test_train_fakeenv:vector_env"
 

@@ -1,4 +1,4 @@
-"""marl.experiments.stats against hand-worked examples and an independent numpy bootstrap reference."""
+"""marl.experiments.stats against hand-worked examples and an independent numpy bootstrap."""
 
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ they differ only by the policy's sampled actions. One update, top to bottom
    (``valid [T, E]``). Per episode: the team return ``[E]`` and each agent's individual
    return ``[E, N]`` (the penalty channel is added to the individual one unless penalty
    shaping is on or ``penalty_channel='none'``, as in MAPPO). Returns are undiscounted.
-2. **Advantages** (all normalisation maths in :mod:`marl.core.advantages` / :mod:`marl.core.whitening`):
+2. **Advantages** (all normalisation maths in :mod:`marl.core.advantages` and
+   :mod:`marl.core.whitening`):
 
    * ``outcome`` (default): team returns normalised within their group of G episodes;
      individual returns normalised within group x agent type (the ``G * n_k`` returns of the
@@ -73,6 +74,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from marl.collect import EpisodeTracker, ObsBatcher, make_vector_env, reward_channels
 from marl.core.advantages import (
     constant,
     group_relative_advantages,
@@ -81,11 +83,10 @@ from marl.core.advantages import (
     process_advantages,
     shape_with_penalty,
 )
-from marl.run.config import whitener_from_config
 from marl.core.losses import NonFiniteError, OptimismOffset, linear_schedule
-from marl.policies import AgentLayout, MultiAgentPolicy
-from marl.collect import EpisodeTracker, ObsBatcher, make_vector_env, reward_channels
 from marl.core.whitening import AdvantageWhitener, GroupKeys, advantage_stats, symmetric_clip
+from marl.policies import AgentLayout, MultiAgentPolicy
+from marl.run.config import whitener_from_config
 
 __all__ = [
     "GRPO",

@@ -33,9 +33,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from marl.collect import RolloutBatch, RolloutCollector, make_vector_env
 from marl.core.advantages import constant as constant_schedule
 from marl.core.advantages import discounted_returns, gae, linear_decay, shape_with_penalty
-from marl.run.config import TrainConfig, whitener_from_config
 from marl.core.losses import (
     NonFiniteError,
     OptimismOffset,
@@ -46,9 +46,9 @@ from marl.core.losses import (
     ppo_surrogate,
     value_loss,
 )
-from marl.policies import AgentLayout, CentralCritic, MultiAgentPolicy
-from marl.collect import RolloutBatch, RolloutCollector, make_vector_env
 from marl.core.whitening import GroupKeys, advantage_stats, whiten
+from marl.policies import AgentLayout, CentralCritic, MultiAgentPolicy
+from marl.run.config import TrainConfig, whitener_from_config
 
 __all__ = ["MAPPO", "ActorUpdater", "window_plan"]
 

@@ -14,9 +14,11 @@ Every variant x seed is a normal ``python -m marl.train`` run (a subprocess) wit
 (docs/CONTRACTS.md section 4), its output in ``OUT/logs/<variant>/seed_<s>.log``. Up to
 ``--jobs`` runs at once. Rerunning the same command skips finished runs (``eval.json``
 present), resumes interrupted ones from ``checkpoints/latest.pt`` (``--resume``) and restarts
-the others (a crashed run is retried). Then it aggregates (``marl.experiments.stats``: IQM and mean with
+the others (a crashed run is retried). Then it aggregates (``marl.experiments.stats``: IQM and
+mean with
 stratified-bootstrap CIs, probability of improvement over the reference variant, stability
-figures) and writes ``summary.json``, ``report.md`` and ``plots/*.png`` (``marl.experiments.report``).
+figures) and writes ``summary.json``, ``report.md`` and ``plots/*.png``
+(``marl.experiments.report``).
 
 Variant options: ``NAME:ARGS`` with ARGS train options separated by commas
 (``ti:--whitening=team_individual,--alpha=0.5``), or a YAML file (``--variants FILE``) mapping
@@ -564,7 +566,7 @@ def execute_runs(
         command = spec.train_command + argv
         log = open(run.log_path, "a")  # noqa: SIM115 - closed when the run ends
         log.write(
-            f"=== marl.experiments.compare {mode} {time.strftime('%Y-%m-%d %H:%M:%S')}: {shlex.join(command)}\n"
+            f"=== marl.compare {mode} {time.strftime('%Y-%m-%d %H:%M:%S')}: {shlex.join(command)}\n"
         )
         log.flush()
         child_env = env
@@ -679,7 +681,7 @@ def _exclusive(out: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             raise CompareError(
-                f"another marl.experiments.compare is running on {out} (lock {path} is held); wait for it "
+                f"another marl.compare is running on {out} (lock {path} is held); wait for it "
                 "or use a different --out"
             ) from None
         fh.write(f"{os.getpid()}\n")

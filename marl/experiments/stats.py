@@ -69,7 +69,8 @@ def _rliable() -> tuple[Any, Any]:
         from rliable import metrics
     except Exception as exc:  # pragma: no cover - depends on the installed stack
         raise ImportError(
-            "marl.experiments.stats needs rliable (pip install rliable). Importing rliable.library failed "
+            "marl.experiments.stats needs rliable (pip install rliable). Importing rliable.library "
+            "failed "
             f"with {type(exc).__name__}: {exc}. A known cause: rliable 1.2 requires arch<8, "
             "and arch 7.x does not import under pandas>=3; install 'pandas<3'."
         ) from exc

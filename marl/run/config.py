@@ -188,7 +188,9 @@ class TrainConfig:
     )
     # ---- advantages and whitening ----------------------------------------------------------
     whitening: str = _f(
-        "team_individual", "Advantage whitening scheme (marl.core.whitening).", choices=WHITENING_SCHEMES
+        "team_individual",
+        "Advantage whitening scheme (marl.core.whitening).",
+        choices=WHITENING_SCHEMES,
     )
     alpha: float = _f(0.5, "Team weight when mixing whitened team and individual advantages.")
     whiten_inner: str = _f(
@@ -669,7 +671,7 @@ def parse_cli(argv: list[str] | None = None) -> TrainConfig:
     env.update(env_over)
     values["env"] = env
     cfg = TrainConfig(**values)
-    # fields set on the command line (marl.algos.grpo.validate_grpo_config rejects inapplicable ones)
+    # fields set on the command line (validate_grpo_config rejects inapplicable ones)
     cfg._explicit = frozenset(  # type: ignore[attr-defined]
         name for name in FIELDS if name != "env" and getattr(ns, name) is not None
     )

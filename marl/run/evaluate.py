@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from marl.policies import AgentLayout, MultiAgentPolicy
 from marl.collect import EpisodeTracker, ObsBatcher, make_vector_env, reward_channels
+from marl.policies import AgentLayout, MultiAgentPolicy
 
 __all__ = ["evaluate_policy", "record_episode", "format_table", "main", "EVAL_KEYS"]
 

@@ -38,10 +38,16 @@ import numpy as np
 import torch
 import yaml
 
-from marl.run.checkpoint import latest_path, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from marl.core.losses import NonFiniteError
+from marl.run.checkpoint import (
+    latest_path,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from marl.run.config import DEMO_MAX_TIME, ConfigError, TrainConfig, config_to_dict, parse_cli
 from marl.run.runlog import RunLogger
-from marl.core.losses import NonFiniteError
 
 __all__ = ["ALGORITHMS", "register_algorithm", "get_algorithm", "train", "main"]
 
@@ -177,8 +183,8 @@ def _finish(algo, cfg: TrainConfig, run_dir: str, rows: list[dict] | None) -> di
     )
     _write_json(os.path.join(run_dir, "eval.json"), result)
     if cfg.plots:
-        from marl.run.runlog import read_metrics
         from marl.run.plots import plot_advantage_histograms, plot_learning_curves
+        from marl.run.runlog import read_metrics
 
         metrics_rows = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
         title = f"{cfg.algo} / {cfg.backbone} / seed {cfg.seed}"
