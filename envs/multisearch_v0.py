@@ -173,6 +173,16 @@ Example
 >>> round(rewards["scout_0"], 4) == round(sum(
 ...     infos["scout_0"][k] for k in ("reward_team", "reward_individual", "reward_penalty")), 4)
 True
+
+Version History
+---------------
+A change that alters observations, rewards or dynamics bumps the module version
+(``multisearch_v0`` -> ``multisearch_v1``, ``metadata["name"]`` with it) and adds a line here.
+
+* v0: Initial versions release (coopsearch 0.1.0). Includes the route observation: the
+  "route to nearest target" part (3 values, with the minimap) is the first move of a shortest
+  route to the nearest reported target, not the Manhattan offset to it (no release had the
+  offset).
 """
 
 from __future__ import annotations
