@@ -5,8 +5,9 @@ Throughput (one process, same run): agent-steps per second of
 - ``env``: the vector env stepped with uniformly random *allowed* actions (the ceiling),
 - ``rollout``: :class:`marl.collect.RolloutCollector` with the MAPPO actors and critic,
 - ``train``: full MAPPO iterations (rollout + advantages + policy and value updates),
-- ``train-seq``: the same with ``--parallel-update false`` (the update's independent parts one
-  after another instead of in threads; identical results), alternating with ``train``,
+- ``train-seq``: the same with ``--parallel-update false`` (the update's independent parts, the
+  critic's epochs and each agent type's actor, one after another instead of in threads;
+  identical results), alternating with ``train``,
 
 printed with the ratios train/env, train/rollout and parallel/sequential::
 
@@ -81,14 +82,13 @@ def throughput(args: argparse.Namespace) -> None:
     algo.iteration(0.0)  # warm-up
     t = time.perf_counter()
     for _ in range(args.updates):
-        algo.collector.collect(cfg.rollout_steps, value_fn=algo._values)
+        algo.collector.collect(cfg.rollout_steps, value_fn=algo.values)
     roll_sps = steps * cfg.num_envs * n_agents / (time.perf_counter() - t)
     # full iterations, alternating the parallel update (critic epochs and each agent type's
     # actor in threads, the default) with the sequential one (same maths) as the same-run peer,
-    # in blocks of 1 unmeasured + 2 measured iterations: the parallel update collects the next
-    # rollout ahead (MAPPO.iteration), so the first iteration after a switch is not a steady one
+    # in blocks of 1 unmeasured + 2 measured iterations
     modes = (True, False) if cfg.parallel_update else (False,)
-    actor_parallel = algo.actor.parallel  # False for backbones that must not run in 2 threads
+    actor_parallel = algo.policy_update.parallel  # False for backbones that must not share
     elapsed = dict.fromkeys(modes, 0.0)
     measured = dict.fromkeys(modes, 0)
     parts = {"collect": 0.0, "update": 0.0}
@@ -96,7 +96,7 @@ def throughput(args: argparse.Namespace) -> None:
     while min(measured.values()) < args.updates:
         for parallel in modes:
             algo.parallel = parallel
-            algo.actor.parallel = parallel and actor_parallel
+            algo.policy_update.parallel = parallel and actor_parallel
             for k in range(3):
                 t = time.perf_counter()
                 m = algo.iteration(min(i / planned, 1.0))

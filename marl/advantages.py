@@ -1,4 +1,7 @@
-"""Public import path of the advantage estimators (implemented in :mod:`marl.core.advantages`)."""
+"""Old import path, kept for existing code: the same module as :mod:`marl.core.advantages`."""
 
-from marl.core.advantages import *  # noqa: F403
-from marl.core.advantages import __all__  # noqa: F401
+import sys
+
+from marl.core import advantages as _module
+
+sys.modules[__name__] = _module

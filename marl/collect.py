@@ -23,9 +23,8 @@ Buffer shapes (T steps, E envs, n_k agents of type k, N agents, S state size, K 
 
 from __future__ import annotations
 
-import importlib
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from marl.envapi import VectorEnv, make_vector_env, resolve_env_fn
 from marl.policies import AgentLayout, MultiAgentPolicy, neg_gumbel_noise
 
 __all__ = [
@@ -42,29 +42,16 @@ __all__ = [
     "RolloutBatch",
     "RolloutCollector",
     "EpisodeTracker",
+    "GroupBatch",
+    "collect_group_episodes",
+    "group_reset_seeds",
+    "group_ids_for",
+    "evaluate_episodes",
+    "PolicyActor",
+    "EVAL_KEYS",
 ]
 
 ValueFn = Callable[[Tensor], tuple[Tensor, Tensor]]
-
-
-def resolve_env_fn(env_fn: str) -> Callable:
-    """Import ``'module:function'``."""
-    if ":" not in env_fn:
-        raise ValueError(f"env_fn must be 'module:function', got {env_fn!r}")
-    module_name, fn_name = env_fn.split(":", 1)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"env_fn {env_fn!r}: cannot import module {module_name!r}: {exc}") from exc
-    fn = getattr(module, fn_name, None)
-    if fn is None:
-        raise ValueError(f"env_fn {env_fn!r}: module {module_name!r} has no {fn_name!r}")
-    return fn
-
-
-def make_vector_env(env_fn: str, num_envs: int, env_kwargs: dict, *, autoreset: bool = True):
-    """Build ``env_fn(num_envs, autoreset=autoreset, **env_kwargs)``."""
-    return resolve_env_fn(env_fn)(num_envs, autoreset=autoreset, **env_kwargs)
 
 
 class ObsBatcher:
@@ -403,3 +390,276 @@ class RolloutCollector:
         }
         self.tracker.load_state_dict(d["tracker"])
         return True
+
+
+# ---------------------------------------------------------------- whole episodes (GRPO)
+
+
+def group_reset_seeds(seeds: Sequence[int], group_size: int) -> list[int]:
+    """``[s_p for p in range(P) for _ in range(G)]``: each seed repeated ``group_size`` times."""
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"group_size must be an int >= 1, got {group_size!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"group seeds must be distinct, got {list(seeds)}")
+    return [int(s) for s in seeds for _ in range(group_size)]
+
+
+def group_ids_for(num_groups: int, group_size: int, device: torch.device | str = "cpu") -> Tensor:
+    """Group id of each env: ``[P * G]`` long, ``[0]*G + [1]*G + ...``."""
+    return torch.arange(num_groups, device=device).repeat_interleave(group_size)
+
+
+@dataclass
+class GroupBatch:
+    """Whole episodes of P groups x G episodes (E = P * G envs, T = longest episode).
+
+    Shapes (n_k agents of type k, N agents in ``possible_agents`` order):
+    ``obs[k] [T, E, n_k, D_k]``, ``mask[k] [T, E, n_k, A_k]`` bool, ``actions[k]``,
+    ``logp[k] [T, E, n_k]``; ``reward_team [T, E]``; ``reward_individual``,
+    ``reward_penalty [T, E, N]``; ``valid [T, E]`` bool (the env was running at step t);
+    ``lengths [E]``; ``terminated``/``truncated [E]`` (how each episode ended);
+    ``group_ids [E]``; ``initial_state [E, S]`` (``vec.state()`` after the reset).
+    """
+
+    obs: dict[str, Tensor]
+    mask: dict[str, Tensor]
+    actions: dict[str, Tensor]
+    logp: dict[str, Tensor]
+    reward_team: Tensor
+    reward_individual: Tensor
+    reward_penalty: Tensor
+    valid: Tensor
+    lengths: Tensor
+    terminated: Tensor
+    truncated: Tensor
+    group_ids: Tensor
+    seeds: list[int]
+    initial_state: Tensor
+    episodes: list[dict[str, float]] = field(default_factory=list)
+    #: [T, E] bool, the steps that enter the loss (set by the algorithm: valid and kept)
+    loss_mask: Tensor | None = None
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.valid.shape[0])
+
+    @property
+    def num_envs(self) -> int:
+        return int(self.valid.shape[1])
+
+    @property
+    def env_steps(self) -> int:
+        """Environment steps actually taken (valid steps summed over envs)."""
+        return int(self.valid.sum())
+
+
+@torch.no_grad()
+def collect_group_episodes(
+    vec: Any,
+    layout: AgentLayout,
+    policy: MultiAgentPolicy,
+    seeds: Sequence[int],
+    group_size: int,
+    *,
+    device: torch.device | str = "cpu",
+    generator: torch.Generator | None = None,
+    max_steps: int | None = None,
+) -> GroupBatch:
+    """Reset ``vec`` (``autoreset=False``, ``num_envs = len(seeds) * group_size``) with each
+    seed repeated ``group_size`` times and run every env to the end of its episode.
+
+    Args:
+        vec: a vector env built with ``autoreset=False`` (docs/CONTRACTS.md section 1).
+        layout, policy: the agent layout and the policy that samples actions.
+        seeds: P distinct reset seeds.
+        group_size: G.
+        device: where the tensors live.
+        generator: optional torch generator for the action samples.
+        max_steps: safety cap on the episode length (default ``vec.max_cycles``); an env still
+            running after it raises RuntimeError (the env broke its contract).
+
+    Returns:
+        A :class:`GroupBatch`; ``episodes[e]`` is env e's episode record (returns by channel
+        and the env's end-of-episode info metrics, as :class:`EpisodeTracker`).
+    """
+    dev = torch.device(device)
+    if getattr(vec, "autoreset", False):
+        raise ValueError("collect_group_episodes needs a vector env built with autoreset=False")
+    reset_seeds = group_reset_seeds(seeds, group_size)
+    E = len(reset_seeds)
+    if int(vec.num_envs) != E:
+        raise ValueError(
+            f"vec.num_envs={vec.num_envs} but {len(seeds)} seeds x group_size {group_size} = {E}"
+        )
+    agents, types, N = layout.agents, layout.types, layout.n_agents
+    limit = int(max_steps if max_steps is not None else getattr(vec, "max_cycles", 100_000))
+    batcher = ObsBatcher(layout, dev)
+    tracker = EpisodeTracker(E, N)
+    obs, _ = vec.reset(seed=reset_seeds)
+    initial_state = torch.from_numpy(np.asarray(vec.state(), np.float32).copy()).to(dev)
+    state = policy.initial_state(E)
+    reset = torch.ones(E, dtype=torch.bool, device=dev)
+    alive = np.ones(E, bool)
+    terminated, truncated = np.zeros(E, bool), np.zeros(E, bool)
+    lengths = np.zeros(E, np.int64)
+    records: list[dict[str, float] | None] = [None] * E
+    steps: dict[str, list] = {
+        k: [] for k in ("obs", "mask", "actions", "logp", "team", "ind", "pen", "valid")
+    }
+    t = 0
+    while alive.any():
+        if t >= limit:
+            raise RuntimeError(
+                f"{int(alive.sum())} env(s) still running after {limit} steps; the env must "
+                "end every episode by max_cycles (truncation)"
+            )
+        obs_t, mask_t = batcher(obs)
+        actions, logps, state = policy.act(
+            obs_t, mask_t, state, reset if policy.is_recurrent else None, generator=generator
+        )
+        steps["obs"].append(obs_t)
+        steps["mask"].append(mask_t)
+        steps["actions"].append(actions)
+        steps["logp"].append(logps)
+        steps["valid"].append(alive.copy())
+        obs, _rew, terms, truncs, infos = vec.step(batcher.actions_to_env(actions))
+        team, ind, pen = reward_channels(infos, agents)
+        team, ind, pen = team * alive, ind * alive[:, None], pen * alive[:, None]
+        steps["team"].append(team)
+        steps["ind"].append(ind)
+        steps["pen"].append(pen)
+        te = np.asarray(terms[agents[0]], bool)
+        tr = np.asarray(truncs[agents[0]], bool) & ~te
+        ended = (te | tr) & alive
+        for i, rec in zip(
+            np.flatnonzero(ended), tracker.step(team, ind, pen, ended, infos, agents), strict=True
+        ):
+            records[i] = rec
+        terminated |= te & ended
+        truncated |= tr & ended
+        lengths[ended] = t + 1
+        alive &= ~ended
+        reset = torch.zeros(E, dtype=torch.bool, device=dev)
+        t += 1
+
+    def stack_typed(key: str) -> dict[str, Tensor]:
+        return {tp.name: torch.stack([s[tp.name] for s in steps[key]]) for tp in types}
+
+    def to_t(arrays: list, dtype: torch.dtype) -> Tensor:
+        return torch.from_numpy(np.stack(arrays)).to(device=dev, dtype=dtype)
+
+    return GroupBatch(
+        obs=stack_typed("obs"),
+        mask=stack_typed("mask"),
+        actions=stack_typed("actions"),
+        logp=stack_typed("logp"),
+        reward_team=to_t(steps["team"], torch.float32),
+        reward_individual=to_t(steps["ind"], torch.float32),
+        reward_penalty=to_t(steps["pen"], torch.float32),
+        valid=to_t(steps["valid"], torch.bool),
+        lengths=torch.from_numpy(lengths).to(dev),
+        terminated=torch.from_numpy(terminated).to(dev),
+        truncated=torch.from_numpy(truncated).to(dev),
+        group_ids=group_ids_for(len(seeds), group_size, dev),
+        seeds=reset_seeds,
+        initial_state=initial_state,
+        episodes=[r for r in records if r is not None],
+    )
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+#: eval.json figure -> episode record key (:class:`EpisodeTracker`)
+EVAL_KEYS = {
+    "success_rate": "success",
+    "solved_rate": "solved",
+    "mean_return": "return",
+    "coverage": "coverage",
+    "revisit_rate": "revisit_rate",
+    "episode_length": "episode_length",
+}
+
+#: ``act(obs, vec) -> actions``: env observations to env actions (dict agent -> int array)
+ActFn = Callable[[Mapping[str, Any], VectorEnv], dict[str, np.ndarray]]
+
+
+class PolicyActor:
+    """A trained :class:`MultiAgentPolicy` as an ``act(obs, vec)`` function for
+    :func:`evaluate_episodes`: it carries the recurrent state of ``num_envs`` envs from their
+    first step on (a fresh actor per set of episodes)."""
+
+    def __init__(
+        self,
+        policy: MultiAgentPolicy,
+        layout: AgentLayout,
+        num_envs: int,
+        *,
+        deterministic: bool = False,
+        seed: int = 0,
+        device: torch.device | str | None = None,
+    ) -> None:
+        self.policy, self.deterministic, self.num_envs = policy, deterministic, num_envs
+        self.device = next(policy.parameters()).device if device is None else torch.device(device)
+        self.batcher = ObsBatcher(layout, self.device)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(int(seed))
+        self.state = policy.initial_state(num_envs)
+        self.first = True
+
+    @torch.no_grad()
+    def __call__(self, obs: Mapping[str, Any], vec: VectorEnv) -> dict[str, np.ndarray]:
+        obs_t, mask_t = self.batcher(obs)
+        reset = torch.full((self.num_envs,), self.first, dtype=torch.bool, device=self.device)
+        actions, _, self.state = self.policy.act(
+            obs_t,
+            mask_t,
+            self.state,
+            reset,
+            deterministic=self.deterministic,
+            generator=self.generator,
+        )
+        self.first = False
+        return self.batcher.actions_to_env(actions)
+
+
+def evaluate_episodes(act: ActFn, vec: VectorEnv, seeds: Sequence[int]) -> dict[str, Any]:
+    """Run one episode per seed (env i of ``vec``, built with ``autoreset=False`` and
+    ``num_envs = len(seeds)``, reset with ``seeds[i]``) and summarise: the mean of each
+    :data:`EVAL_KEYS` figure over the episodes (None when the env does not report it),
+    ``n_episodes``, ``seeds``. The one evaluation loop: the trainer's evaluations, ``python -m
+    marl.evaluate`` and the baselines printed next to them all go through it."""
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must not be empty")
+    n = len(seeds)
+    if int(vec.num_envs) != n:
+        raise ValueError(f"vec.num_envs={vec.num_envs} but {n} seeds")
+    agents = list(vec.possible_agents)
+    tracker = EpisodeTracker(n, len(agents))
+    obs, _ = vec.reset(seed=seeds)
+    finished = np.zeros(n, bool)
+    records: list[dict[str, float] | None] = [None] * n
+    limit = int(getattr(vec, "max_cycles", 100_000)) + 1
+    for _ in range(limit):
+        obs, _, terms, truncs, infos = vec.step(act(obs, vec))
+        team, ind, pen = reward_channels(infos, agents)
+        done = np.asarray(terms[agents[0]], bool) | np.asarray(truncs[agents[0]], bool)
+        newly = done & ~finished
+        team, ind, pen = team * ~finished, ind * ~finished[:, None], pen * ~finished[:, None]
+        for i, rec in zip(
+            np.flatnonzero(newly), tracker.step(team, ind, pen, newly, infos, agents), strict=True
+        ):
+            records[i] = rec
+        finished |= done
+        if finished.all():
+            break
+    if not finished.all():
+        raise RuntimeError(f"evaluation episodes did not end within {limit} steps")
+    out: dict[str, Any] = {}
+    for name, key in EVAL_KEYS.items():
+        values = [r[key] for r in records if r is not None and key in r]
+        out[name] = float(np.mean(values)) if len(values) == n else None
+    out["n_episodes"] = n
+    out["seeds"] = seeds
+    return out

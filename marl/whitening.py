@@ -1,4 +1,7 @@
-"""Public import path of the whitening library (implemented in :mod:`marl.core.whitening`)."""
+"""Old import path, kept for existing code: the same module as :mod:`marl.core.whitening`."""
 
-from marl.core.whitening import *  # noqa: F403
-from marl.core.whitening import __all__  # noqa: F401
+import sys
+
+from marl.core import whitening as _module
+
+sys.modules[__name__] = _module

@@ -499,5 +499,5 @@ def test_second_compare_on_same_out_refused(tmp_path, fake_train, monkeypatch, c
         with pytest.raises(SystemExit) as exc:
             run_main(argv, monkeypatch, tmp_path / "calls.log")
     assert exc.value.code == 2
-    assert "another marl.experiments.compare is running" in capsys.readouterr().err
+    assert "another marl.compare is running" in capsys.readouterr().err
     assert invocations(tmp_path / "calls.log") == []

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from marl.run.config import ConfigError, TrainConfig, parse_cli
+from marl.run.config import ConfigError, parse_cli
 from marl.run.train import main
 
 TINY = [
@@ -40,7 +40,7 @@ def test_cli_grpo_recipe_keeps_applicable_parts():
     cfg = parse_cli(["--algo", "grpo", "--recipe", "calibrated"])
     assert cfg.adv_clip == 5.0 and cfg.optimism_offset == 0.5 and cfg.whitening == "batch"
     # value-head parts not applied (the recipe's 4 value epochs, value clip 0.1)
-    assert cfg.value_clip is None and cfg.value_epochs == TrainConfig().value_epochs != 4
+    assert not hasattr(cfg, "value_clip") and not hasattr(cfg, "value_epochs")
     with pytest.raises(ConfigError, match="kl-beta"):
         parse_cli(["--algo", "mappo", "--kl-beta", "0.1"])
 

@@ -16,7 +16,12 @@ from marl.run.config import TrainConfig, validate_config
 FAKE = "test_train_fakeenv:vector_env"
 
 
-def _cfg(**kw) -> TrainConfig:
+def _per_type(algo, final):
+    """Final advantages ``[T, E, N]`` split per agent type ``[T, E, n_k]``."""
+    return {t.name: final[:, :, list(t.agent_ids)] for t in algo.layout.types}
+
+
+def _cfg(**kw):
     base = dict(
         env_fn=FAKE, num_envs=6, rollout_steps=12, env={"max_cycles": 5, "goal": 2}, progress=False
     )
@@ -111,8 +116,8 @@ def test_advantages_are_team_plus_individual_gae(penalty_channel):
         gae_lambda=0.8,
     )
     algo = MAPPO(cfg, None)
-    b = algo.collector.collect(12, value_fn=algo._values)
-    per_type, _ = algo.advantages(b, 0.0)
+    b = algo.collector.collect(12, value_fn=algo.values)
+    per_type = _per_type(algo, algo.advantages(b, 0.0).final)
     N = algo.layout.n_agents
     term, trunc = b.terminated.numpy(), b.truncated.numpy()
     for e in range(cfg.num_envs):
@@ -162,36 +167,48 @@ def test_advantages_are_team_plus_individual_gae(penalty_channel):
 def test_default_whitening_is_team_individual_per_type():
     torch.manual_seed(2)
     algo = MAPPO(_cfg(), None)
-    b = algo.collector.collect(12, value_fn=algo._values)
-    per_type, info = algo.advantages(b, 0.0)
+    b = algo.collector.collect(12, value_fn=algo.values)
+    per_type = _per_type(algo, algo.advantages(b, 0.0).final)
     for x in per_type.values():
         # alpha * whiten(team) + (1 - alpha) * whiten(ind), each zero-mean within the type
         assert abs(float(x.double().mean())) < 1e-5
 
 
-def test_penalty_shaping_subtracts_beta_times_normalised_cost():
+def test_penalty_shaping_subtracts_beta_times_whitened_step_cost():
+    """A' = A - beta * whiten_type(-reward_penalty_t): the step's own cost, whitened per
+    agent type (numpy reference)."""
     torch.manual_seed(3)
     cfg0 = _cfg(penalty_channel="none")
     cfg1 = _cfg(penalty_channel="none", penalty_beta_schedule="constant", penalty_beta=0.3)
     a0, a1 = MAPPO(cfg0, None), MAPPO(cfg1, None)
     a1.critic.load_state_dict(a0.critic.state_dict())
-    b = a0.collector.collect(12, value_fn=a0._values)
-    p0, _ = a0.advantages(b, 0.0)
-    p1, info = a1.advantages(b, 0.0)
-    assert info["penalty_beta"] == 0.3
-    # independent reference for the rescaled cost-to-go of one agent
-    T = b.num_steps
+    b = a0.collector.collect(12, value_fn=a0.values)
+    p0 = _per_type(a0, a0.advantages(b, 0.0).final)
+    adv1 = a1.advantages(b, 0.0)
+    p1 = _per_type(a1, adv1.final)
+    assert adv1.penalty_beta == 0.3
     cost = -b.reward_penalty.numpy().astype(np.float64)
-    done = (b.terminated | b.truncated).numpy()
-    ctg = np.zeros_like(cost)
-    last = np.zeros(cost.shape[1:])
-    for t in reversed(range(T)):
-        last = cost[t] + cfg1.gamma * (~done[t])[:, None] * last
-        ctg[t] = last
-    t0 = a0.layout.types[0]
-    sel = ctg[:, :, list(t0.agent_ids)]
-    ref = (sel - sel.mean()) / (sel.std() + 1e-8)
-    np.testing.assert_allclose((p0[t0.name] - p1[t0.name]).numpy() / 0.3, ref, atol=1e-4)
+    for t in a0.layout.types:
+        sel = cost[:, :, list(t.agent_ids)]
+        std = sel.std()
+        ref = (sel - sel.mean()) / (std + 1e-8) if std > 0 else np.zeros_like(sel)
+        np.testing.assert_allclose((p0[t.name] - p1[t.name]).numpy() / 0.3, ref, atol=1e-4)
+
+
+def test_penalty_shaping_adds_no_ramp_across_the_rollout():
+    """A constant penalty and no episode end carry no information about the actions: the
+    shaping must leave the advantages unchanged (a cost-to-go summed only to the rollout's
+    end would add a ramp of about -0.8 .. +0.9 across the rollout at beta 0.5)."""
+    torch.manual_seed(3)
+    env = {"max_cycles": 1000, "goal": 1000}
+    cfg0 = _cfg(penalty_channel="none", env=env)
+    cfg1 = _cfg(penalty_channel="none", env=env, penalty_beta_schedule="constant")
+    a0, a1 = MAPPO(cfg0, None), MAPPO(cfg1, None)
+    a1.critic.load_state_dict(a0.critic.state_dict())
+    b = a0.collector.collect(32, value_fn=a0.values)
+    assert not (b.terminated | b.truncated).any()
+    b.reward_penalty.fill_(-0.1)  # a constant step cost
+    torch.testing.assert_close(a1.advantages(b, 0.0).final, a0.advantages(b, 0.0).final)
 
 
 @pytest.mark.parametrize(
@@ -204,19 +221,16 @@ def test_recurrent_windows_reproduce_rollout_log_probs(backbone, burn_in):
     torch.manual_seed(4)
     cfg = _cfg(backbone=backbone, hidden_dim=16, seq_len=4, burn_in=burn_in, rollout_steps=12)
     algo = MAPPO(cfg, None)
-    algo.collector.collect(5, value_fn=algo._values)  # start mid-episode with non-zero state
-    b = algo.collector.collect(
-        12, value_fn=algo._values, window_state_steps=algo.actor.window_state_steps(12)
-    )
+    algo.collector.collect(5, value_fn=algo.values)  # start mid-episode with non-zero state
+    b = algo.collector.collect(12, value_fn=algo.values, window_state_steps=algo.window_starts)
     assert (b.episode_start[1:]).any()
-    per_type, _ = algo.advantages(b, 0.0)
-    units = algo.actor._units(b, per_type)
+    units = algo.policy_units(b, algo.advantages(b, 0.0).final)
     for t in algo.layout.types:
-        d = units["types"][t.name]
-        dist = algo.policy.actors[t.name].sequence(d["obs"], d["mask"], d["state"], units["resets"])
-        logp = dist.log_prob(d["actions"])
-        lm = units["loss_mask"][..., None].expand_as(logp)
-        torch.testing.assert_close(logp[lm], d["logp"][lm], atol=1e-5, rtol=1e-5)
+        mb = units[t.name]
+        dist = algo.policy.actors[t.name].sequence(mb.obs, mb.action_mask, mb.state, mb.resets)
+        logp = dist.log_prob(mb.actions)
+        lm = mb.loss_mask[..., None].expand_as(logp)
+        torch.testing.assert_close(logp[lm], mb.old_logp[lm], atol=1e-5, rtol=1e-5)
         # every rollout step is covered exactly once by the loss masks
         assert int(lm.sum()) == b.num_steps * b.num_envs * t.n_agents
 
@@ -279,15 +293,15 @@ def _critic_job_error(self, *args):
 
 @pytest.mark.parametrize("backbone", ["mlp", "gru"])
 def test_parallel_update_matches_sequential_update(backbone):
-    """The critic's epochs in a second thread (alongside the next rollout's env steps, which
-    is collected ahead and kept for the next iteration) give bit-identical parameters and
-    metrics to running them after the policy's (the threading changes speed only)."""
+    """The critic's epochs in a second thread (alongside the policy's) and the agent types'
+    actors side by side give bit-identical parameters and metrics to running them one after
+    another (the threading changes speed only)."""
     results = []
     for parallel in (False, True):
         torch.manual_seed(0)
         algo = MAPPO(_cfg(backbone=backbone, seq_len=4, parallel_update=parallel, seed=1), None)
         metrics = [algo.iteration(0.0) for _ in range(3)]
-        assert (algo._ahead is not None) is parallel  # collected ahead only when parallel
+        assert algo.policy_update.parallel is parallel
         results.append((algo, metrics))
     (seq, m_seq), (par, m_par) = results
     for a, b in zip(
@@ -302,21 +316,19 @@ def test_parallel_update_matches_sequential_update(backbone):
         assert [m[key] for m in m_seq] == [m[key] for m in m_par]
 
 
-def test_rollout_collected_ahead_is_checkpointed_and_resumed_exactly():
-    """A state_dict taken while a rollout is held (collected ahead) resumes to the same
-    parameters as the uninterrupted run; without the held rollout in it, the env state
-    would be one rollout ahead of the data."""
+def test_state_dict_resumes_exactly():
+    """A state_dict taken between iterations resumes to the same parameters as the
+    uninterrupted run (env state, recurrent state, optimisers, statistics)."""
     torch.manual_seed(0)
-    ref = MAPPO(_cfg(parallel_update=True, seed=2), None)
+    ref = MAPPO(_cfg(seed=2), None)
     for _ in range(3):
         ref.iteration(0.0)
     torch.manual_seed(0)
-    first = MAPPO(_cfg(parallel_update=True, seed=2), None)
+    first = MAPPO(_cfg(seed=2), None)
     first.iteration(0.0)
     state = first.state_dict()
-    assert "ahead" in state
     rng = torch.get_rng_state()
-    resumed = MAPPO(_cfg(parallel_update=True, seed=2), None)
+    resumed = MAPPO(_cfg(seed=2), None)
     resumed.load_state_dict(state)
     torch.set_rng_state(rng)
     for _ in range(2):
@@ -325,10 +337,6 @@ def test_rollout_collected_ahead_is_checkpointed_and_resumed_exactly():
         assert torch.equal(a, b)
     for a, b in zip(ref.critic.parameters(), resumed.critic.parameters(), strict=True):
         assert torch.equal(a, b)
-    # with collect_ahead off (the training loop's setting before a checkpoint) none is held
-    first.collect_ahead = False
-    first.iteration(0.0)
-    assert first._ahead is None and "ahead" not in first.state_dict()
 
 
 def test_parallel_update_error_reaches_the_caller(monkeypatch):
@@ -348,101 +356,9 @@ def test_parallel_update_runs_mamba_types_one_after_another(backbone):
     for parallel in (False, True):
         torch.manual_seed(0)
         algo = MAPPO(_cfg(backbone=backbone, seq_len=4, parallel_update=parallel), None)
-        assert algo.actor.parallel is False
+        assert algo.policy_update.parallel is False
         assert algo.parallel is parallel
         algo.iteration(0.0)
         results.append(algo)
     for a, b in zip(results[0].policy.parameters(), results[1].policy.parameters(), strict=True):
         assert torch.equal(a, b)
-
-
-@pytest.mark.parametrize("max_norm", [0.5, 100.0, None])
-def test_clip_grad_norm_matches_torch(max_norm):
-    from marl.algos.mappo import clip_grad_norm
-
-    torch.manual_seed(0)
-    params = [torch.nn.Parameter(torch.randn(s)) for s in [(5, 3), (3,), (7, 2, 2)]]
-    for p in params:
-        p.grad = torch.randn_like(p)
-    ref = [p.grad.clone() for p in params]
-    ref_params = [torch.nn.Parameter(p.detach().clone()) for p in params]
-    for p, g in zip(ref_params, ref, strict=True):
-        p.grad = g
-    want = torch.nn.utils.clip_grad_norm_(
-        ref_params, float("inf") if max_norm is None else max_norm
-    )
-    got = clip_grad_norm([p.grad for p in params], max_norm)
-    assert torch.equal(got, want)
-    for p, q in zip(params, ref_params, strict=True):
-        assert torch.equal(p.grad, q.grad)
-    # mixed dtypes go through torch's grouping: same norm, gradients clipped in place
-    mixed = [torch.randn(4, dtype=torch.float64), torch.randn(3)]
-    ref_mixed = [torch.nn.Parameter(g.clone()) for g in mixed]
-    for p, g in zip(ref_mixed, mixed, strict=True):
-        p.grad = g.clone()
-    want = torch.nn.utils.clip_grad_norm_(ref_mixed, 1.0)
-    got = clip_grad_norm(mixed, 1.0)
-    assert torch.equal(got, want)
-    for g, p in zip(mixed, ref_mixed, strict=True):
-        assert torch.equal(g, p.grad)
-
-
-@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
-def test_adam_step_matches_optimizer_step(weight_decay):
-    """The lean fused-Adam step gives bit-identical parameters and state to Adam.step()."""
-    from marl.algos.mappo import adam_step
-
-    torch.manual_seed(0)
-    shapes = [(16, 9), (16,), (3, 16), (3,)]
-    a = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
-    b = [torch.nn.Parameter(p.detach().clone()) for p in a]
-    opt_a = torch.optim.Adam(a, lr=3e-3, eps=1e-5, weight_decay=weight_decay, fused=True)
-    opt_b = torch.optim.Adam(b, lr=3e-3, eps=1e-5, weight_decay=weight_decay, fused=True)
-    for k in range(6):
-        for p, q in zip(a, b, strict=True):
-            p.grad = torch.randn_like(p)
-            q.grad = p.grad.clone()
-        if k == 3:  # a learning-rate schedule changes the group's lr between steps
-            for opt in (opt_a, opt_b):
-                opt.param_groups[0]["lr"] = 1e-3
-        opt_a.step()
-        adam_step(opt_b)  # the first call goes through opt_b.step() (creates the state)
-    for p, q in zip(a, b, strict=True):
-        assert torch.equal(p, q)
-        for key in ("exp_avg", "exp_avg_sq", "step"):
-            assert torch.equal(opt_a.state[p][key], opt_b.state[q][key])
-
-
-@pytest.mark.parametrize("with_mask", [False, True])
-def test_ppo_stats_of_stacked_minibatches_equal_the_per_minibatch_mean(with_mask):
-    """The policy update's ratio statistics, computed after the epochs from a stack of the
-    minibatches, equal the mean of per-minibatch ppo_stats calls (and the unequal-size
-    fallback takes that loop)."""
-    from marl.algos.mappo import _ppo_stats_mean
-    from marl.core.losses import ppo_stats
-
-    g = torch.Generator().manual_seed(3)
-    records = []
-    for _ in range(5):
-        old = -torch.rand(64, generator=g) * 2
-        logp = old + 0.4 * torch.randn(64, generator=g)
-        dual = torch.rand(64, generator=g) < 0.1
-        mask = (torch.rand(64, generator=g) < 0.7) if with_mask else None
-        records.append((logp, old, dual, mask))
-    loop = {}
-    for logp, old, dual, mask in records:
-        for k, v in ppo_stats(logp, old, dual, clip_low=0.1, clip_high=0.3, mask=mask).items():
-            loop[k] = loop.get(k, 0.0) + float(v) / len(records)
-    stacked = _ppo_stats_mean(records, 0.1, 0.3)
-    assert stacked.keys() == loop.keys()
-    for k in loop:
-        assert stacked[k] == pytest.approx(loop[k], abs=1e-6)
-    assert 0.0 < loop["clip_frac_high"] < 1.0 and loop["approx_kl"] > 0.0
-    uneven = [*records[:4], tuple(None if x is None else x[:40] for x in records[4])]
-    want = {}
-    for logp, old, dual, mask in uneven:
-        for k, v in ppo_stats(logp, old, dual, clip_low=0.1, clip_high=0.3, mask=mask).items():
-            want[k] = want.get(k, 0.0) + float(v) / len(uneven)
-    got = _ppo_stats_mean(uneven, 0.1, 0.3)
-    for k in want:
-        assert got[k] == pytest.approx(want[k], abs=1e-6)

@@ -36,8 +36,10 @@ def test_ppo_loss_asymmetric_clip_matches_numpy():
     )
     ref, ratio = _np_ppo(logp, old, adv, 0.1, 0.3)
     assert float(loss) == pytest.approx(ref, rel=1e-10)
-    assert float(stats["clip_frac_low"]) == pytest.approx(np.mean(ratio < 0.9))
-    assert float(stats["clip_frac_high"]) == pytest.approx(np.mean(ratio > 1.3))
+    # the fractions where a bound binds: below 1 - clip_low only matters for A < 0, above
+    # 1 + clip_high only for A > 0
+    assert float(stats["clip_frac_low"]) == pytest.approx(np.mean((ratio < 0.9) & (adv < 0)))
+    assert float(stats["clip_frac_high"]) == pytest.approx(np.mean((ratio > 1.3) & (adv > 0)))
     assert float(stats["approx_kl"]) == pytest.approx(np.mean(ratio - 1 - np.log(ratio)))
 
 

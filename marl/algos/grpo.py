@@ -39,13 +39,13 @@ they differ only by the policy's sampled actions. One update, top to bottom
    cost (``-reward_penalty``) is normalised like the individual channel (group x type;
    outcome: its episode sum, process: summed from t), ``beta(t)`` from the schedules of
    :mod:`marl.core.advantages`; then the optional optimism offset ``A + b``.
-5. **Policy update**: MAPPO's clipped objective (:class:`marl.algos.mappo.ActorUpdater`, shared
-   code) over minibatches of whole episodes, masked to valid (and kept) steps, plus
+5. **Policy update**: the shared clipped objective (:class:`marl.algos.ppo.PolicyUpdate`)
+   over minibatches of whole episodes, masked to valid (and kept) steps, plus
    ``kl_beta * k3(pi || pi_ref)`` against a frozen reference policy refreshed every
    ``ref_refresh`` updates (0: never; the reference is the initial policy).
 
 No critic: options that configure value heads are rejected for ``--algo grpo``
-(:func:`validate_grpo_config`).
+(:class:`GRPOConfig` has no such fields).
 
 Metrics (besides the shared ones: ``adv_raw/*`` = the mixed raw returns at valid steps,
 ``adv/*`` = final advantages at the steps that enter the loss, policy loss, entropy, clip
@@ -62,38 +62,50 @@ advantages of its batch, and its policy parameters (used by the 2-process CI tes
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import os
 import time
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from marl.collect import EpisodeTracker, ObsBatcher, make_vector_env, reward_channels
+from marl.algos.base import (
+    ACTIVATIONS,
+    Algorithm,
+    BaseConfig,
+    ConfigError,
+    config_field,
+    penalty_schedule,
+    whitener_from_config,
+)
+from marl.algos.base import _check as check_value
+from marl.algos.ppo import Minibatch, PolicyUpdate, PPOLossConfig
+from marl.collect import GroupBatch, collect_group_episodes, group_ids_for, group_reset_seeds
 from marl.core.advantages import (
-    constant,
     group_relative_advantages,
     kl_k3,
-    linear_decay,
     process_advantages,
     shape_with_penalty,
 )
 from marl.core.losses import NonFiniteError, OptimismOffset, linear_schedule
 from marl.core.whitening import AdvantageWhitener, GroupKeys, advantage_stats, symmetric_clip
+from marl.envapi import make_vector_env
 from marl.policies import AgentLayout, MultiAgentPolicy
-from marl.run.config import whitener_from_config
+from marl.run.distributed import DistContext, all_reduce_sum, broadcast_parameters, guard
+
+GRPO_ADVANTAGES = ("outcome", "process")
 
 __all__ = [
     "GRPO",
     "GroupBatch",
     "GRPO_SEED_BASE",
-    "INAPPLICABLE_TO_GRPO",
-    "GRPO_ONLY_FIELDS",
+    "GRPOConfig",
+    "episode_units",
     "collect_group_episodes",
     "episode_returns",
     "group_ids_for",
@@ -102,133 +114,81 @@ __all__ = [
     "grpo_advantages",
     "outcome_advantages",
     "process_step_advantages",
-    "validate_grpo_config",
     "zero_signal_groups",
 ]
 
 #: Training reset seeds start here (far from the validation seeds ``eval_seed + i``).
 GRPO_SEED_BASE = 1_000_000_000
 
-#: Fields that configure the critic / value heads, GAE or fixed-length rollouts: with
-#: ``--algo grpo`` they have no effect, so setting them is an error (value: the reason).
-INAPPLICABLE_TO_GRPO: dict[str, str] = {
-    "value_epochs": "GRPO has no value head",
-    "value_clip": "GRPO has no value head",
-    "value_norm": "GRPO has no value head (no value targets to normalise)",
-    "value_norm_beta": "GRPO has no value head",
-    "value_ensemble": "GRPO has no value head",
-    "critic_lr": "GRPO has no critic",
-    "critic_hidden_dim": "GRPO has no critic",
-    "gae_lambda": "GRPO uses group-relative returns, not GAE",
-    "gamma": "GRPO uses undiscounted episode returns",
-    "rollout_steps": "GRPO collects whole episodes (set num_envs and group_size instead)",
-    "seq_len": "GRPO trains recurrent backbones on whole episodes",
-    "burn_in": "GRPO trains recurrent backbones on whole episodes",
-}
-
-#: Fields that only GRPO reads: setting them with ``--algo mappo`` is an error.
-GRPO_ONLY_FIELDS = (
-    "group_size",
-    "grpo_advantage",
-    "grpo_scale_std",
-    "grpo_leave_one_out",
-    "grpo_filter_zero_std",
-    "kl_beta",
-    "ref_refresh",
-)
-
 _GRPO_INNER = ("type", "batch")
 
-
-class GRPOConfigError(ValueError):
-    """Raised for GRPO option combinations that cannot apply (re-raised as ConfigError)."""
+_f = config_field
 
 
-def _config_error(message: str) -> Exception:
-    try:
-        from marl.run.config import ConfigError
+@dataclass
+class GRPOConfig(BaseConfig):
+    """GRPO's configuration: the shared fields plus groups and the KL term. No critic, no GAE,
+    whole episodes: MAPPO's rollout, value and GAE fields do not apply."""
 
-        return ConfigError(message)
-    except ImportError:  # pragma: no cover - config is part of the package
-        return GRPOConfigError(message)
+    algo_name: ClassVar[str] = "grpo"
 
+    algo: str = _f("grpo", "Algorithm.")
+    num_envs: int = _f(32, "Number of vectorised environments E (groups x group size).")
+    activation: str = _f(
+        "tanh",
+        "Hidden activation of the mlp/gru actor backbones (the mamba/mamba2 blocks keep "
+        "their own SiLU).",
+        choices=ACTIVATIONS,
+    )
+    group_size: int = _f(8, "Episodes per group (same reset seed).")
+    grpo_advantage: str = _f("outcome", "GRPO advantage variant.", choices=GRPO_ADVANTAGES)
+    grpo_scale_std: bool = _f(True, "Divide by the group std (False: Dr. GRPO).")
+    grpo_leave_one_out: bool = _f(
+        False,
+        "Leave-one-out baseline (RLOO, outcome variant). On the individual channel it leaves "
+        "out one agent-episode: the same episode's teammates of the same type stay in its "
+        "baseline.",
+    )
+    grpo_filter_zero_std: bool = _f(False, "Drop zero-variance groups from the loss.")
+    kl_beta: float = _f(0.0, "KL(k3) coefficient to the reference policy.")
+    ref_refresh: int = _f(0, "Refresh the reference policy every K updates (0: never).")
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+    def option_rules(self) -> list[tuple[str, bool, str]]:
+        # GRPO always mixes team and individual returns by alpha within groups of its inner
+        # grouping, so alpha and whiten_inner apply whatever the (second-stage) scheme
+        return [r for r in super().option_rules() if r[0] not in ("alpha", "whiten_inner")]
 
-
-def validate_grpo_config(cfg: Any, explicit: Collection[str] | None = None) -> None:
-    """Reject options that do not apply to the configured algorithm.
-
-    Args:
-        cfg: a ``marl.run.config.TrainConfig``.
-        explicit: names of the fields set on the command line (``parse_cli`` stores them as
-            ``cfg._explicit``): setting an inapplicable field there is an error even at its
-            default value (``--algo grpo --value-norm true``). Any other field (YAML file,
-            config built in code, a run's config.yaml) is an error when its value differs
-            from the default. ``value_norm`` defaults to True (a MAPPO setting), so outside
-            the command line it is not checked.
-
-    Raises:
-        ConfigError (a ValueError) naming the field, why it does not apply, and what to do.
-    """
-    import dataclasses
-
-    defaults = {
-        f.name: (f.default_factory() if f.default is dataclasses.MISSING else f.default)  # type: ignore[misc]
-        for f in dataclasses.fields(cfg)
-    }
-    explicit = frozenset(explicit or ())
-
-    def is_set(name: str) -> bool:
-        if name in explicit:
-            return True
-        if name == "value_norm":
-            return False
-        return getattr(cfg, name) != defaults.get(name)
-
-    if cfg.algo == "mappo":
-        for name in GRPO_ONLY_FIELDS:
-            if is_set(name):
-                raise _config_error(
-                    f"{_flag(name)} applies to --algo grpo only; it has no effect with "
-                    "--algo mappo (remove it or use --algo grpo)"
-                )
-        return
-    if cfg.algo != "grpo":
-        return
-    for name, reason in INAPPLICABLE_TO_GRPO.items():
-        if is_set(name):
-            raise _config_error(
-                f"{_flag(name)} does not apply to --algo grpo: {reason}; remove it "
-                "(it is a MAPPO option)"
+    def validate(self) -> None:
+        super().validate()
+        check_value(
+            self.group_size >= 2,
+            "group_size",
+            self.group_size,
+            "an integer >= 2 (a group of one episode has no baseline)",
+        )
+        check_value(self.kl_beta >= 0, "kl_beta", self.kl_beta, "a number >= 0")
+        check_value(self.ref_refresh >= 0, "ref_refresh", self.ref_refresh, "an integer >= 0")
+        if self.num_envs % self.group_size != 0:
+            raise ConfigError(
+                f"--num-envs {self.num_envs} must be a multiple of --group-size "
+                f"{self.group_size} for --algo grpo (num_envs = groups per rank x group size)"
             )
-    if cfg.num_envs % cfg.group_size != 0:
-        raise _config_error(
-            f"--num-envs {cfg.num_envs} must be a multiple of --group-size {cfg.group_size} "
-            "for --algo grpo (num_envs = groups per rank x group size)"
-        )
-    if cfg.group_size < 2:
-        raise _config_error(
-            f"--group-size must be >= 2 for --algo grpo (a group of one episode has no "
-            f"baseline), got {cfg.group_size}"
-        )
-    if cfg.grpo_leave_one_out and cfg.grpo_advantage != "outcome":
-        raise _config_error(
-            "--grpo-leave-one-out applies to --grpo-advantage outcome only (the process "
-            "variant normalises step rewards, it has no per-episode baseline to leave out)"
-        )
-    if cfg.whitening == "team_individual" and cfg.whiten_inner not in _GRPO_INNER:
-        raise _config_error(
-            f"--whiten-inner {cfg.whiten_inner!r} does not apply to --algo grpo: GRPO "
-            f"normalises returns within group x agent type ('type') or within the group "
-            f"('batch'); allowed: {', '.join(_GRPO_INNER)}"
-        )
-    if cfg.ref_refresh > 0 and cfg.kl_beta == 0:
-        raise _config_error(
-            f"--ref-refresh {cfg.ref_refresh} has no effect with --kl-beta 0 (no KL term); "
-            "set --kl-beta > 0 or drop --ref-refresh"
-        )
+        if self.grpo_leave_one_out and self.grpo_advantage != "outcome":
+            raise ConfigError(
+                "--grpo-leave-one-out applies to --grpo-advantage outcome only (the process "
+                "variant normalises step rewards, it has no per-episode baseline to leave out)"
+            )
+        if self.whitening == "team_individual" and self.whiten_inner not in _GRPO_INNER:
+            raise ConfigError(
+                f"--whiten-inner {self.whiten_inner!r} does not apply to --algo grpo: GRPO "
+                f"normalises returns within group x agent type ('type') or within the group "
+                f"('batch'); allowed: {', '.join(_GRPO_INNER)}"
+            )
+        if self.ref_refresh > 0 and self.kl_beta == 0:
+            raise ConfigError(
+                f"--ref-refresh {self.ref_refresh} has no effect with --kl-beta 0 (no KL term); "
+                "set --kl-beta > 0 or drop --ref-refresh"
+            )
 
 
 # ----------------------------------------------------------------------------- seeds
@@ -255,179 +215,6 @@ def group_seeds(
         )
     start = GRPO_SEED_BASE * (int(base_seed) + 1) + (int(update) * world_size + rank) * num_groups
     return [start + p for p in range(num_groups)]
-
-
-def group_reset_seeds(seeds: Sequence[int], group_size: int) -> list[int]:
-    """``[s_p for p in range(P) for _ in range(G)]``: each seed repeated ``group_size`` times."""
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise ValueError(f"group_size must be an int >= 1, got {group_size!r}")
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"group seeds must be distinct, got {list(seeds)}")
-    return [int(s) for s in seeds for _ in range(group_size)]
-
-
-def group_ids_for(num_groups: int, group_size: int, device: torch.device | str = "cpu") -> Tensor:
-    """Group id of each env: ``[P * G]`` long, ``[0]*G + [1]*G + ...``."""
-    return torch.arange(num_groups, device=device).repeat_interleave(group_size)
-
-
-# ------------------------------------------------------------------------ collection
-
-
-@dataclass
-class GroupBatch:
-    """Whole episodes of P groups x G episodes (E = P * G envs, T = longest episode).
-
-    Shapes (n_k agents of type k, N agents in ``possible_agents`` order):
-    ``obs[k] [T, E, n_k, D_k]``, ``mask[k] [T, E, n_k, A_k]`` bool, ``actions[k]``,
-    ``logp[k] [T, E, n_k]``; ``reward_team [T, E]``; ``reward_individual``,
-    ``reward_penalty [T, E, N]``; ``valid [T, E]`` bool (the env was running at step t);
-    ``lengths [E]``; ``terminated``/``truncated [E]`` (how each episode ended);
-    ``group_ids [E]``; ``initial_state [E, S]`` (``vec.state()`` after the reset).
-    """
-
-    obs: dict[str, Tensor]
-    mask: dict[str, Tensor]
-    actions: dict[str, Tensor]
-    logp: dict[str, Tensor]
-    reward_team: Tensor
-    reward_individual: Tensor
-    reward_penalty: Tensor
-    valid: Tensor
-    lengths: Tensor
-    terminated: Tensor
-    truncated: Tensor
-    group_ids: Tensor
-    seeds: list[int]
-    initial_state: Tensor
-    episodes: list[dict[str, float]] = field(default_factory=list)
-
-    @property
-    def num_steps(self) -> int:
-        return int(self.valid.shape[0])
-
-    @property
-    def num_envs(self) -> int:
-        return int(self.valid.shape[1])
-
-    @property
-    def env_steps(self) -> int:
-        """Environment steps actually taken (valid steps summed over envs)."""
-        return int(self.valid.sum())
-
-
-@torch.no_grad()
-def collect_group_episodes(
-    vec: Any,
-    layout: AgentLayout,
-    policy: MultiAgentPolicy,
-    seeds: Sequence[int],
-    group_size: int,
-    *,
-    device: torch.device | str = "cpu",
-    generator: torch.Generator | None = None,
-    max_steps: int | None = None,
-) -> GroupBatch:
-    """Reset ``vec`` (``autoreset=False``, ``num_envs = len(seeds) * group_size``) with each
-    seed repeated ``group_size`` times and run every env to the end of its episode.
-
-    Args:
-        vec: a vector env built with ``autoreset=False`` (docs/CONTRACTS.md section 1).
-        layout, policy: the agent layout and the policy that samples actions.
-        seeds: P distinct reset seeds.
-        group_size: G.
-        device: where the tensors live.
-        generator: optional torch generator for the action samples.
-        max_steps: safety cap on the episode length (default ``vec.max_cycles``); an env still
-            running after it raises RuntimeError (the env broke its contract).
-
-    Returns:
-        A :class:`GroupBatch`; ``episodes[e]`` is env e's episode record (returns by channel
-        and the env's end-of-episode info metrics, as :class:`marl.collect.EpisodeTracker`).
-    """
-    dev = torch.device(device)
-    if getattr(vec, "autoreset", False):
-        raise ValueError("collect_group_episodes needs a vector env built with autoreset=False")
-    reset_seeds = group_reset_seeds(seeds, group_size)
-    E = len(reset_seeds)
-    if int(vec.num_envs) != E:
-        raise ValueError(
-            f"vec.num_envs={vec.num_envs} but {len(seeds)} seeds x group_size {group_size} = {E}"
-        )
-    agents, types, N = layout.agents, layout.types, layout.n_agents
-    limit = int(max_steps if max_steps is not None else getattr(vec, "max_cycles", 100_000))
-    batcher = ObsBatcher(layout, dev)
-    tracker = EpisodeTracker(E, N)
-    obs, _ = vec.reset(seed=reset_seeds)
-    initial_state = torch.from_numpy(np.asarray(vec.state(), np.float32).copy()).to(dev)
-    state = policy.initial_state(E)
-    reset = torch.ones(E, dtype=torch.bool, device=dev)
-    alive = np.ones(E, bool)
-    terminated, truncated = np.zeros(E, bool), np.zeros(E, bool)
-    lengths = np.zeros(E, np.int64)
-    records: list[dict[str, float] | None] = [None] * E
-    steps: dict[str, list] = {
-        k: [] for k in ("obs", "mask", "actions", "logp", "team", "ind", "pen", "valid")
-    }
-    t = 0
-    while alive.any():
-        if t >= limit:
-            raise RuntimeError(
-                f"{int(alive.sum())} env(s) still running after {limit} steps; the env must "
-                "end every episode by max_cycles (truncation)"
-            )
-        obs_t, mask_t = batcher(obs)
-        actions, logps, state = policy.act(
-            obs_t, mask_t, state, reset if policy.is_recurrent else None, generator=generator
-        )
-        steps["obs"].append(obs_t)
-        steps["mask"].append(mask_t)
-        steps["actions"].append(actions)
-        steps["logp"].append(logps)
-        steps["valid"].append(alive.copy())
-        obs, _rew, terms, truncs, infos = vec.step(batcher.actions_to_env(actions))
-        team, ind, pen = reward_channels(infos, agents)
-        team, ind, pen = team * alive, ind * alive[:, None], pen * alive[:, None]
-        steps["team"].append(team)
-        steps["ind"].append(ind)
-        steps["pen"].append(pen)
-        te = np.asarray(terms[agents[0]], bool)
-        tr = np.asarray(truncs[agents[0]], bool) & ~te
-        ended = (te | tr) & alive
-        for i, rec in zip(
-            np.flatnonzero(ended), tracker.step(team, ind, pen, ended, infos, agents), strict=True
-        ):
-            records[i] = rec
-        terminated |= te & ended
-        truncated |= tr & ended
-        lengths[ended] = t + 1
-        alive &= ~ended
-        reset = torch.zeros(E, dtype=torch.bool, device=dev)
-        t += 1
-
-    def stack_typed(key: str) -> dict[str, Tensor]:
-        return {tp.name: torch.stack([s[tp.name] for s in steps[key]]) for tp in types}
-
-    def to_t(arrays: list, dtype: torch.dtype) -> Tensor:
-        return torch.from_numpy(np.stack(arrays)).to(device=dev, dtype=dtype)
-
-    return GroupBatch(
-        obs=stack_typed("obs"),
-        mask=stack_typed("mask"),
-        actions=stack_typed("actions"),
-        logp=stack_typed("logp"),
-        reward_team=to_t(steps["team"], torch.float32),
-        reward_individual=to_t(steps["ind"], torch.float32),
-        reward_penalty=to_t(steps["pen"], torch.float32),
-        valid=to_t(steps["valid"], torch.bool),
-        lengths=torch.from_numpy(lengths).to(dev),
-        terminated=torch.from_numpy(terminated).to(dev),
-        truncated=torch.from_numpy(truncated).to(dev),
-        group_ids=group_ids_for(len(seeds), group_size, dev),
-        seeds=reset_seeds,
-        initial_state=initial_state,
-        episodes=[r for r in records if r is not None],
-    )
 
 
 def episode_returns(batch: GroupBatch) -> tuple[Tensor, Tensor, Tensor]:
@@ -728,61 +515,51 @@ def grpo_advantages(
 # ------------------------------------------------------------------------ the algorithm
 
 
-def _actor_updater_cls():
-    from marl.algos.mappo import ActorUpdater
-
-    class EpisodeActorUpdater(ActorUpdater):
-        """MAPPO's clipped-objective updater with whole episodes as units and a step mask.
-
-        Units are the E episodes (``[E, T, ...]``, reset at t = 0, zero initial state); the
-        loss mask is ``valid`` (and the kept groups). It always takes the updater's
-        sequence path (the mlp actor ignores state and resets), so padding steps after an
-        episode's end never enter the loss.
-        """
-
-        def __init__(self, *args: Any, **kw: Any) -> None:
-            super().__init__(*args, **kw)
-            self.recurrent = True
-
-        def _units(self, batch: GroupBatch, advantages: dict[str, Tensor]) -> dict[str, Any]:
-            E = batch.num_envs
-            data = {}
-            for tp in self.policy.layout.types:
-                k = tp.name
-                data[k] = {
-                    "obs": batch.obs[k].transpose(0, 1),
-                    "mask": batch.mask[k].transpose(0, 1),
-                    "actions": batch.actions[k].transpose(0, 1),
-                    "logp": batch.logp[k].transpose(0, 1),
-                    "adv": advantages[k].transpose(0, 1),
-                    "state": self.policy.actors[k].initial_state(E),
-                    "n_agents": tp.n_agents,
-                }
-            resets = torch.zeros(E, batch.num_steps, dtype=torch.bool, device=batch.valid.device)
-            resets[:, 0] = True
-            return {
-                "num_units": E,
-                "types": data,
-                "loss_mask": batch.loss_mask.transpose(0, 1),
-                "resets": resets,
-            }
-
-    return EpisodeActorUpdater
+def episode_units(
+    batch: GroupBatch,
+    advantages: Tensor,
+    layout: AgentLayout,
+    policy: MultiAgentPolicy,
+    ref_logp: dict[str, Tensor] | None,
+) -> dict[str, Minibatch]:
+    """Per agent type, the E whole episodes as policy-update units ``[E, T, n_k, ...]``: reset
+    at t = 0 from a zero state, the loss on valid (and kept) steps only, so the padding after
+    an episode's end never enters the loss."""
+    E, T = batch.num_envs, batch.num_steps
+    resets = torch.zeros(E, T, dtype=torch.bool, device=batch.valid.device)
+    resets[:, 0] = True
+    units = {}
+    for t in layout.types:
+        k = t.name
+        units[k] = Minibatch(
+            obs=batch.obs[k].transpose(0, 1),
+            action_mask=batch.mask[k].transpose(0, 1),
+            actions=batch.actions[k].transpose(0, 1),
+            old_logp=batch.logp[k].transpose(0, 1),
+            advantages=advantages[:, :, list(t.agent_ids)].transpose(0, 1),
+            loss_mask=batch.loss_mask.transpose(0, 1),
+            resets=resets,
+            state=policy.actors[k].initial_state(E),
+            ref_logp=None if ref_logp is None else ref_logp[k],
+        )
+    return units
 
 
-class GRPO:
-    """The GRPO algorithm object driven by :mod:`marl.run.train` (``iteration(progress)``)."""
+class GRPO(Algorithm):
+    """The GRPO algorithm object driven by :func:`marl.run.train.train`."""
 
-    name = "grpo"
+    name: ClassVar[str] = "grpo"
+    config_class: ClassVar[type[BaseConfig]] = GRPOConfig
 
-    def __init__(self, cfg: Any, ctx: Any, device: torch.device | str = "cpu") -> None:
-        # parse_cli already checked the command-line flags; here the values themselves
-        validate_grpo_config(cfg)
+    def __init__(
+        self, cfg: GRPOConfig, ctx: DistContext | None, device: torch.device | str = "cpu"
+    ) -> None:
+        cfg.validate()
         self.cfg, self.ctx = cfg, ctx
         self.device = torch.device(device)
-        self.distributed = bool(getattr(ctx, "enabled", False))
-        self.rank = int(getattr(ctx, "rank", 0)) if self.distributed else 0
-        self.world_size = int(getattr(ctx, "world_size", 1)) if self.distributed else 1
+        self.distributed = ctx is not None and ctx.enabled
+        self.rank = ctx.rank if self.distributed else 0
+        self.world_size = ctx.world_size if self.distributed else 1
         self.num_groups = cfg.num_envs // cfg.group_size
         self.vec = make_vector_env(cfg.env_fn, cfg.num_envs, cfg.env, autoreset=False)
         self.layout = AgentLayout.from_env(self.vec)
@@ -790,18 +567,20 @@ class GRPO:
             self.layout, cfg.backbone, cfg.hidden_dim, cfg.activation
         ).to(self.device)
         self.offset = (
-            OptimismOffset(cfg.optimism_offset).to(self.device)
-            if cfg.optimism_offset is not None
-            else None
+            None
+            if cfg.optimism_offset is None
+            else OptimismOffset(cfg.optimism_offset).to(self.device)
         )
         if self.distributed:
-            from marl.run.distributed import broadcast_parameters
-
             broadcast_parameters(self.policy, ctx)
-        self.actor = _actor_updater_cls()(
+        self.policy_update = PolicyUpdate(
             self.policy,
-            cfg,
-            extra_params=list(self.offset.parameters()) if self.offset is not None else None,
+            lr=cfg.lr,
+            epochs=cfg.epochs,
+            num_minibatches=cfg.num_minibatches,
+            max_grad_norm=cfg.max_grad_norm,
+            parallel=cfg.parallel_update,
+            offset=self.offset,
             ctx=ctx,
         )
         self.reference: MultiAgentPolicy | None = None
@@ -814,11 +593,7 @@ class GRPO:
             self.second_stage = whitener_from_config(
                 cfg, num_groups=len(self.layout.types), distributed=self.distributed
             )
-        self.penalty_schedule = None
-        if cfg.penalty_beta_schedule == "constant":
-            self.penalty_schedule = constant(cfg.penalty_beta)
-        elif cfg.penalty_beta_schedule == "linear":
-            self.penalty_schedule = linear_decay(cfg.penalty_beta, cfg.penalty_beta_floor, 1.0)
+        self.penalty_schedule = penalty_schedule(cfg)
         N = self.layout.n_agents
         type_ids = torch.zeros(N, dtype=torch.long)
         for i, tp in enumerate(self.layout.types):
@@ -837,11 +612,13 @@ class GRPO:
             cfg.seed, self.updates, self.num_groups, rank=self.rank, world_size=self.world_size
         )
         self.policy.eval()
-        batch = collect_group_episodes(
-            self.vec, self.layout, self.policy, seeds, cfg.group_size, device=self.device
-        )
+        try:
+            batch = collect_group_episodes(
+                self.vec, self.layout, self.policy, seeds, cfg.group_size, device=self.device
+            )
+        finally:
+            self.policy.train()
         t_collect = time.perf_counter() - t0
-        self.policy.train()
         metrics = self.update(batch, progress)
         metrics["time/collect_s"] = t_collect
         metrics["time/update_s"] = time.perf_counter() - t0 - t_collect
@@ -868,7 +645,7 @@ class GRPO:
         keep_env = torch.ones(E, dtype=torch.bool, device=adv.device)
         if cfg.grpo_filter_zero_std:
             keep_env = ~info["zero_groups"].to(adv.device)[batch.group_ids]
-        batch.loss_mask = batch.valid & keep_env[None, :]  # type: ignore[attr-defined]
+        batch.loss_mask = batch.valid & keep_env[None, :]
         mask3 = batch.loss_mask[:, :, None].expand(T, E, N)
         info["adv_clip_frac"] = 0.0
         if self.second_stage is not None:
@@ -880,7 +657,7 @@ class GRPO:
                     + torch.arange(N, device=adv.device)[None, :]
                 )[None],
             )
-            with _guard(self.ctx, "second-stage whitening"):
+            with self._guard("second-stage whitening"):
                 adv = self.second_stage(adv.clone(), None, mask=mask3, keys=keys)
             info["adv_clip_frac"] = float(self.second_stage.last_clip_frac)
         elif cfg.adv_clip is not None:
@@ -893,29 +670,75 @@ class GRPO:
             raise NonFiniteError("advantages (GRPO)")
         return adv, info
 
-    def _reference_logp(self, batch: GroupBatch) -> dict[str, Tensor]:
+    @torch.no_grad()
+    def reference_logp(self, batch: GroupBatch) -> dict[str, Tensor]:
         """Log-probs of the taken actions under the reference policy, ``[E, T, n_k]``."""
         assert self.reference is not None
         E, T = batch.num_envs, batch.num_steps
         resets = torch.zeros(E, T, dtype=torch.bool, device=self.device)
         resets[:, 0] = True
         out = {}
-        with torch.no_grad():
-            for tp in self.layout.types:
-                actor = self.reference.actors[tp.name]
-                dist = actor.sequence(
-                    batch.obs[tp.name].transpose(0, 1),
-                    batch.mask[tp.name].transpose(0, 1),
-                    actor.initial_state(E),
-                    resets,
-                )
-                out[tp.name] = dist.log_prob(batch.actions[tp.name].transpose(0, 1))
+        for tp in self.layout.types:
+            actor = self.reference.actors[tp.name]
+            dist = actor.sequence(
+                batch.obs[tp.name].transpose(0, 1),
+                batch.mask[tp.name].transpose(0, 1),
+                actor.initial_state(E),
+                resets,
+            )
+            out[tp.name] = dist.log_prob(batch.actions[tp.name].transpose(0, 1))
         return out
 
     def update(self, batch: GroupBatch, progress: float) -> dict[str, float]:
         """Advantages, statistics and the policy update for one collected batch."""
         cfg = self.cfg
         adv, info = self.advantages(batch, progress)
+        metrics = self.advantage_metrics(batch, adv, info)
+        ref_logp = None
+        if self.reference is not None:
+            if cfg.ref_refresh and self.updates > 0 and self.updates % cfg.ref_refresh == 0:
+                self.reference.load_state_dict(self.policy.state_dict())
+            ref_logp = self.reference_logp(batch)
+            lm = batch.loss_mask.transpose(0, 1)  # [E, T]
+            kl_sum, count = 0.0, 0.0
+            for tp in self.layout.types:
+                k3 = kl_k3(batch.logp[tp.name].transpose(0, 1), ref_logp[tp.name])
+                m = lm[..., None].expand_as(k3)
+                kl_sum += float((k3 * m).sum())
+                count += float(m.sum())
+            metrics["kl_ref"] = kl_sum / max(count, 1.0)
+        ent_coef = linear_schedule(cfg.ent_coef, cfg.ent_coef_final, progress)
+        lr_scale = max(1.0 - progress, 0.0) if cfg.lr_schedule == "linear" else 1.0
+        self.policy_update.set_lr(cfg.lr * lr_scale)
+        coef = PPOLossConfig(
+            clip_low=cfg.clip_low,
+            clip_high=cfg.clip_high,
+            dual_clip=cfg.dual_clip,
+            ent_coef=ent_coef,
+            kl_coef=cfg.kl_beta,
+        )
+        units = episode_units(batch, adv, self.layout, self.policy, ref_logp)
+        with self._guard("GRPO policy update"):
+            metrics.update(self.policy_update.run(units, coef))
+        metrics["lr"] = cfg.lr * lr_scale
+        metrics["ent_coef"] = ent_coef
+        if self.offset is not None:
+            metrics["optimism_offset"] = float(self.offset.b.detach())
+        if batch.episodes:
+            for key in batch.episodes[0]:
+                metrics[f"episode/{key}"] = float(np.mean([e[key] for e in batch.episodes]))
+        metrics["episodes"] = float(len(batch.episodes))
+        self.updates += 1
+        if self.debug_dir:
+            self._debug_dump(batch, info, adv)
+        return metrics
+
+    def advantage_metrics(
+        self, batch: GroupBatch, adv: Tensor, info: dict[str, Any]
+    ) -> dict[str, float]:
+        """``adv_raw/*``, ``adv/*`` statistics and the group figures (reduced over ranks);
+        sets ``env_steps_delta``."""
+        cfg = self.cfg
         T, E, N = adv.shape
         mask3 = batch.loss_mask[:, :, None].expand(T, E, N)
         vmask3 = batch.valid[:, :, None].expand(T, E, N)
@@ -948,8 +771,6 @@ class GRPO:
             device=self.device,
         )
         if self.distributed:
-            from marl.run.distributed import all_reduce_sum
-
             all_reduce_sum(counts, self.ctx)
         counts = counts.cpu()
         metrics["frac_zero_std"] = float(counts[0] / counts[1])
@@ -957,61 +778,18 @@ class GRPO:
         metrics["frac_zero_std_individual"] = float(counts[4] / self.world_size)
         metrics["groups"] = float(counts[1])
         metrics["groups_kept"] = (
-            float(counts[1] - counts[0]) if cfg.grpo_filter_zero_std else (float(counts[1]))
+            float(counts[1] - counts[0]) if cfg.grpo_filter_zero_std else float(counts[1])
         )
         metrics["adv_clip_frac"] = info["adv_clip_frac"]
         if "penalty_beta" in info:
             metrics["penalty_beta"] = info["penalty_beta"]
-        per_type = {tp.name: adv[:, :, list(tp.agent_ids)] for tp in self.layout.types}
-
-        extra_loss = None
-        if self.reference is not None:
-            if cfg.ref_refresh and self.updates > 0 and self.updates % cfg.ref_refresh == 0:
-                self.reference.load_state_dict(self.policy.state_dict())
-            ref_logp = self._reference_logp(batch)
-            lm = batch.loss_mask.transpose(0, 1)  # [E, T]
-            kl_sum, count = 0.0, 0.0
-            for tp in self.layout.types:
-                k3 = kl_k3(batch.logp[tp.name].transpose(0, 1), ref_logp[tp.name])
-                m = lm[..., None].expand_as(k3)
-                kl_sum += float((k3 * m).sum())
-                count += float(m.sum())
-            metrics["kl_ref"] = kl_sum / max(count, 1.0)
-
-            def extra_loss(type_name: str, idx: Tensor, logp: Tensor, dist: Any) -> Tensor:
-                m = lm[idx]
-                n_valid = (m.sum() * N).clamp_min(1.0)
-                k3 = kl_k3(logp, ref_logp[type_name][idx])
-                return cfg.kl_beta * (k3 * m[..., None]).sum() / n_valid
-
-        ent_coef = linear_schedule(cfg.ent_coef, cfg.ent_coef_final, progress)
-        lr_scale = 1.0 - progress if cfg.lr_schedule == "linear" else 1.0
-        lr = cfg.lr * max(lr_scale, 0.0)
-        with _guard(self.ctx, "GRPO policy update"):
-            metrics.update(
-                self.actor.update(
-                    batch,
-                    per_type,
-                    ent_coef=ent_coef,
-                    lr=lr,
-                    extra_loss=extra_loss,
-                    offset=self.offset,
-                )
-            )
-        metrics["lr"] = lr
-        metrics["ent_coef"] = ent_coef
-        if self.offset is not None:
-            metrics["optimism_offset"] = float(self.offset.b.detach())
-        if batch.episodes:
-            for key in batch.episodes[0]:
-                metrics[f"episode/{key}"] = float(np.mean([e[key] for e in batch.episodes]))
-        metrics["episodes"] = float(len(batch.episodes))
-        # Same value on every rank (train.py multiplies by world_size): global steps / world.
+        # the same value on every rank (train multiplies by world_size): global steps / world
         metrics["env_steps_delta"] = float(counts[2]) / self.world_size
-        self.updates += 1
-        if self.debug_dir:
-            self._debug_dump(batch, info, adv)
         return metrics
+
+    def _guard(self, what: str) -> contextlib.AbstractContextManager:
+        """:func:`marl.run.distributed.guard` when distributed, else a null context."""
+        return guard(self.ctx, what) if self.distributed else contextlib.nullcontext()
 
     # -- debugging ---------------------------------------------------------------------------
     def _debug_dump(self, batch: GroupBatch, info: dict[str, Any], adv: Tensor) -> None:
@@ -1051,7 +829,7 @@ class GRPO:
     def state_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "policy": self.policy.state_dict(),
-            "actor_opt": self.actor.optimizer.state_dict(),
+            "actor_opt": self.policy_update.optimizer.state_dict(),
             "updates": self.updates,
         }
         if self.reference is not None:
@@ -1064,7 +842,7 @@ class GRPO:
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self.policy.load_state_dict(d["policy"])
-        self.actor.optimizer.load_state_dict(d["actor_opt"])
+        self.policy_update.optimizer.load_state_dict(d["actor_opt"])
         self.updates = int(d["updates"])
         if self.reference is not None:
             self.reference.load_state_dict(d.get("reference", d["policy"]))
@@ -1073,19 +851,6 @@ class GRPO:
         if self.offset is not None:
             self.offset.load_state_dict(d["offset"])
         if self.distributed:
-            from marl.run.distributed import broadcast_parameters
-
             broadcast_parameters(self.policy, self.ctx)
             if self.reference is not None:
                 broadcast_parameters(self.reference, self.ctx)
-
-
-def _guard(ctx: Any, what: str):
-    """``marl.run.distributed.guard`` when distributed, else a null context."""
-    import contextlib
-
-    if ctx is not None and getattr(ctx, "enabled", False):
-        from marl.run.distributed import guard
-
-        return guard(ctx, what)
-    return contextlib.nullcontext()

@@ -1,712 +1,422 @@
-"""MAPPO: decentralised actors per agent type, centralised critic on ``state()``.
+"""MAPPO: decentralised actors per agent type, a centralised critic on ``state()``.
 
-One update reads top to bottom in :meth:`MAPPO.iteration`:
+One iteration reads top to bottom in :meth:`MAPPO.iteration` and :meth:`MAPPO.update`:
 
-1. collect ``T`` steps from ``E`` envs (:class:`marl.collect.RolloutCollector`), with the
+1. **collect** ``T`` steps from ``E`` envs (:class:`marl.collect.RolloutCollector`) with the
    critic's team values ``[T, E, K]`` and per-agent individual values ``[T, E, N, K]``
-   (K = ensemble size) and the values of truncated episodes' final states;
-2. GAE (:func:`marl.core.advantages.gae`) separately for the team channel (team reward) and the
-   individual channel (individual reward, plus the penalty reward unless penalty shaping is
-   on or ``penalty_channel='none'``), for every ensemble head; the K heads' advantages are
-   averaged;
-3. whitening (:class:`marl.core.whitening.AdvantageWhitener`): by default ``team_individual``
-   (team and individual advantages whitened separately per agent type, mixed by alpha);
-   any other scheme whitens ``team + individual``; then the symmetric clip ``adv_clip``;
-4. optional penalty shaping (seed 003): ``A - beta(t) * whiten(penalty cost-to-go)``, the
-   penalty cost-to-go being the discounted sum of ``-reward_penalty`` within the episode,
-   whitened per agent type; then the optional optimism offset ``A + b``;
-5. ``epochs`` of clipped policy updates over minibatches (windows of ``seq_len`` steps with
-   stored initial states for recurrent backbones) and ``value_epochs`` of value updates, the
-   two in separate threads with ``parallel_update`` (same results, see :class:`_Job`).
+   (K = ensemble size), and the values of truncated episodes' final states;
+2. **advantages per channel**: GAE (:func:`marl.advantages.gae`) for the team channel (team
+   reward) and the individual channel (individual reward, plus the penalty reward unless
+   penalty shaping is on or ``penalty_channel='none'``), for every ensemble head; the K heads'
+   advantages are averaged;
+3. **whitening** (:class:`marl.whitening.AdvantageWhitener`): by default ``team_individual``
+   (team and individual advantages whitened separately per agent type, mixed by alpha); any
+   other scheme whitens ``team + individual``; then the symmetric clip ``adv_clip``. Optional
+   penalty shaping (seed 003, see :meth:`MAPPO.advantages`);
+4. **policy epochs** of clipped updates over minibatches (:class:`marl.algos.ppo.PolicyUpdate`:
+   single steps for the mlp backbone, windows of ``seq_len`` (+ ``burn_in``) steps with stored
+   initial states for recurrent ones): loss, ``zero_grad``, ``backward``,
+   ``clip_grad_norm_``, ``optimizer.step()``;
+5. **value epochs** (:meth:`MAPPO.update_critic`): clipped value loss on ValueNorm-normalised
+   returns, its own Adam.
 
-Value targets are normalised by :class:`marl.core.losses.ValueNorm` when ``value_norm``.
+With ``parallel_update`` steps 4 and 5 run side by side in two threads (they share nothing;
+the critic's minibatch orders are drawn first, so the results are the same either way).
 """
 
 from __future__ import annotations
 
 import math
-import threading
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from marl.collect import RolloutBatch, RolloutCollector, make_vector_env
-from marl.core.advantages import constant as constant_schedule
-from marl.core.advantages import discounted_returns, gae, linear_decay, shape_with_penalty
+from marl.algos.base import (
+    Algorithm,
+    BaseConfig,
+    config_field,
+    penalty_schedule,
+    whitener_from_config,
+)
+from marl.algos.base import _check as check_value
+from marl.algos.parallel import side_by_side
+from marl.algos.ppo import Minibatch, PolicyUpdate, PPOLossConfig, stack_windows, window_plan
+from marl.collect import RolloutBatch, RolloutCollector
+from marl.core.advantages import gae, shape_with_penalty
 from marl.core.losses import (
     NonFiniteError,
     OptimismOffset,
     ValueNorm,
     explained_variance,
     linear_schedule,
-    ppo_stats,
-    ppo_surrogate,
     value_loss,
 )
 from marl.core.whitening import GroupKeys, advantage_stats, whiten
+from marl.envapi import make_vector_env
 from marl.policies import AgentLayout, CentralCritic, MultiAgentPolicy
-from marl.run.config import TrainConfig, whitener_from_config
+from marl.run.distributed import DistContext, average_gradients, broadcast_parameters
 
-__all__ = ["MAPPO", "ActorUpdater", "window_plan"]
+__all__ = ["MAPPO", "MAPPOConfig", "MAPPOAdvantages", "episode_segments"]
 
-
-def window_plan(T: int, seq_len: int, burn_in: int) -> tuple[Tensor, Tensor, list[int]]:
-    """Training windows over a rollout of T steps.
-
-    Window w's loss covers steps ``[w*L, (w+1)*L)``; its input starts ``burn_in`` steps
-    earlier (at 0 for the first windows) and has length ``burn_in + L``.
-
-    Returns ``(time_index [W, burn_in+L], loss_mask [W, burn_in+L] bool, starts [W])``.
-    """
-    if T % seq_len:
-        raise ValueError(f"seq_len={seq_len} must divide rollout_steps={T}")
-    if burn_in + seq_len > T:
-        raise ValueError(f"burn_in + seq_len = {burn_in + seq_len} exceeds rollout_steps={T}")
-    W, Lw = T // seq_len, burn_in + seq_len
-    starts = [max(0, w * seq_len - burn_in) for w in range(W)]
-    index = torch.tensor(starts)[:, None] + torch.arange(Lw)[None, :]
-    lo = (torch.arange(W) * seq_len)[:, None]
-    loss_mask = (index >= lo) & (index < lo + seq_len)
-    return index, loss_mask, starts
+_f = config_field
 
 
-class ActorUpdater:
-    """Clipped-surrogate updates of a :class:`MultiAgentPolicy` (shared by MAPPO and GRPO).
+@dataclass
+class MAPPOConfig(BaseConfig):
+    """MAPPO's configuration: the shared fields plus rollouts, GAE and the critic."""
 
-    ``update(batch, advantages, ...)`` takes per-type advantages ``[T, E, n_k]`` and runs
-    ``epochs`` x ``num_minibatches`` steps over units (single steps for the mlp backbone,
-    windows of ``seq_len`` (+ ``burn_in``) steps with stored initial states for recurrent
-    ones). Optional extra loss terms come from ``extra_loss(type_name, idx, logp, dist)``.
+    algo_name: ClassVar[str] = "mappo"
 
-    Each agent type's share of a minibatch is its own forward and backward
-    (:meth:`_type_backward`); with ``parallel`` (``cfg.parallel_update`` and thread-safe
-    backbones) the types run in threads, combined in a fixed order, so the results do not
-    depend on the threading.
-    """
-
-    def __init__(
-        self,
-        policy: MultiAgentPolicy,
-        cfg: TrainConfig,
-        *,
-        extra_params: list[nn.Parameter] | None = None,
-        ctx: Any = None,
-    ) -> None:
-        self.policy, self.cfg, self.ctx = policy, cfg, ctx
-        self.params = list(policy.parameters()) + list(extra_params or [])
-        # fused Adam: the same update as the foreach one, in one kernel (about 2x faster on
-        # CPU for these small networks)
-        self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, eps=1e-5, fused=True)
-        self.recurrent = policy.is_recurrent
-        # agent types side by side only where their backbones may run in two threads at once
-        self.parallel = bool(cfg.parallel_update) and all(
-            bool(getattr(actor.backbone, "thread_safe", True)) for actor in policy.actors.values()
-        )
-        self.seq_len = cfg.seq_len if self.recurrent else 1
-        self.burn_in = cfg.burn_in if self.recurrent else 0
-
-    def window_state_steps(self, T: int) -> list[int]:
-        """Steps whose actor state the rollout must store (window input starts)."""
-        if not self.recurrent:
-            return []
-        return window_plan(T, self.seq_len, self.burn_in)[2]
-
-    def _units(self, batch: RolloutBatch, advantages: dict[str, Tensor]) -> dict[str, Any]:
-        T, E = batch.num_steps, batch.num_envs
-        if not self.recurrent:
-            data = {}
-            for t in self.policy.layout.types:
-                k = t.name
-                actor = self.policy.actors[k]
-                data[k] = {
-                    "inputs": actor.inputs(batch.obs[k]).reshape(T * E, 1, t.n_agents, -1),
-                    "mask": batch.mask[k].reshape(T * E, 1, t.n_agents, -1),
-                    "actions": batch.actions[k].reshape(T * E, 1, t.n_agents),
-                    "logp": batch.logp[k].reshape(T * E, 1, t.n_agents),
-                    "adv": advantages[k].reshape(T * E, 1, t.n_agents),
-                }
-            return {"num_units": T * E, "types": data, "loss_mask": None, "resets": None}
-        index, loss_mask, _ = window_plan(T, self.seq_len, self.burn_in)
-        W, Lw = index.shape
-
-        def gather(x: Tensor) -> Tensor:  # [T, E, ...] -> [W*E, Lw, ...]
-            y = x[index.to(x.device)]  # [W, Lw, E, ...]
-            y = y.transpose(1, 2)  # [W, E, Lw, ...]
-            return y.reshape(W * E, Lw, *x.shape[2:])
-
-        data = {}
-        for t in self.policy.layout.types:
-            k = t.name
-            states = batch.window_states[k]  # W tuples of [E*n_k, ...]
-            init = tuple(torch.cat([s[i] for s in states], 0) for i in range(len(states[0])))
-            data[k] = {
-                "obs": gather(batch.obs[k]),
-                "mask": gather(batch.mask[k]),
-                "actions": gather(batch.actions[k]),
-                "logp": gather(batch.logp[k]),
-                "adv": gather(advantages[k]),
-                "state": init,
-                "n_agents": t.n_agents,
-            }
-        lm = loss_mask[:, None, :].expand(W, E, Lw).reshape(W * E, Lw).to(batch.terminated.device)
-        return {
-            "num_units": W * E,
-            "types": data,
-            "loss_mask": lm,
-            "resets": gather(batch.episode_start),
-        }
-
-    def update(
-        self,
-        batch: RolloutBatch,
-        advantages: dict[str, Tensor],
-        *,
-        ent_coef: float,
-        lr: float,
-        extra_loss=None,
-        offset: OptimismOffset | None = None,
-    ) -> dict[str, float]:
-        cfg = self.cfg
-        for g in self.optimizer.param_groups:
-            g["lr"] = lr
-        units = self._units(batch, advantages)
-        U = units["num_units"]
-        types = self.policy.layout.types
-        agents_per_unit = sum(t.n_agents for t in types)
-        mb_size = max(1, math.ceil(U / cfg.num_minibatches))
-        sums: dict[str, float] = {}
-        records: list[tuple[Tensor, Tensor, Tensor | None, Tensor | None]] = []
-        n_steps = 0
-        for _epoch in range(cfg.epochs):
-            perm = torch.randperm(U)
-            for start in range(0, U, mb_size):
-                idx = perm[start : start + mb_size]
-                # valid (step, agent) samples of the minibatch over all types: every type's
-                # loss terms are sums divided by this count, so their sum is the joint mean
-                if self.recurrent:
-                    count = _take(units["loss_mask"], idx).sum() * agents_per_unit
-                else:
-                    count = torch.tensor(float(len(idx) * agents_per_unit))
-                count = count.clamp_min(1.0)
-                for p in self.params:  # zero_grad(set_to_none=True) without its hooks
-                    p.grad = None
-                # Each type's actor has its own parameters: its forward and backward can run
-                # in its own thread; the parts are combined in a fixed order (same results).
-                jobs = [
-                    _Job(
-                        self._type_backward,
-                        t,
-                        units,
-                        idx,
-                        count,
-                        ent_coef,
-                        extra_loss,
-                        offset,
-                        threaded=self.parallel and i > 0,
-                    )
-                    for i, t in enumerate(types)
-                ]
-                parts = _results(jobs)
-                pg_loss = -sum(p["surr_sum"] for p in parts) / count
-                entropy = sum(p["ent_sum"] for p in parts) / count
-                for name, value in (("loss/policy", pg_loss), ("entropy", entropy)):
-                    if not torch.isfinite(value):
-                        raise NonFiniteError(name)
-                masks = [p["mask"] for p in parts]
-                mask = torch.cat(masks) if self.recurrent else None  # None: every sample counts
-                if offset is not None:
-                    offset.loss(torch.cat([p["adv"] for p in parts]), mask).backward()
-                # the ratio statistics of every minibatch are computed after the epochs, in
-                # one go (see _ppo_stats_mean)
-                records.append(
-                    (
-                        torch.cat([p["logp"] for p in parts]),
-                        torch.cat([p["old"] for p in parts]),
-                        None if cfg.dual_clip is None else torch.cat([p["dual"] for p in parts]),
-                        mask,
-                    )
-                )
-                grad_norm = _step(self.optimizer, self.params, cfg.max_grad_norm, self.ctx)
-                if not math.isfinite(grad_norm):
-                    raise NonFiniteError("grad_norm (policy)")
-                n_steps += 1
-                for key, value in (
-                    ("loss/policy", float(pg_loss)),
-                    ("entropy", float(entropy)),
-                    ("grad_norm", grad_norm),
-                ):
-                    sums[key] = sums.get(key, 0.0) + value
-        out = {k: v / max(n_steps, 1) for k, v in sums.items()}
-        out.update(_ppo_stats_mean(records, cfg.clip_low, cfg.clip_high))
-        out["loss/entropy"] = -ent_coef * out.get("entropy", 0.0)
-        return out
-
-    def _type_backward(
-        self,
-        t: Any,
-        units: dict[str, Any],
-        idx: Tensor,
-        count: Tensor,
-        ent_coef: float,
-        extra_loss,
-        offset: OptimismOffset | None,
-    ) -> dict[str, Tensor]:
-        """Forward and backward of one agent type's share of the minibatch ``idx``.
-
-        Its loss is ``-(sum of surrogates + ent_coef * sum of entropies) / count`` plus the
-        optional extra term, so the types' losses add up to the joint minibatch loss. Returns
-        the detached pieces the caller combines (sums, log-probs, advantages, masks).
-        """
-        cfg = self.cfg
-        d = units["types"][t.name]
-        actor = self.policy.actors[t.name]
-        if self.recurrent:
-            n = d["n_agents"]
-            rows = (idx[:, None] * n + torch.arange(n)[None, :]).reshape(-1)
-            state = tuple(_take(s, rows) for s in d["state"])
-            dist = actor.sequence(
-                _take(d["obs"], idx), _take(d["mask"], idx), state, _take(units["resets"], idx)
-            )
-            mask = _take(units["loss_mask"], idx)[..., None].expand(-1, -1, n).reshape(-1)
-        else:
-            # inputs (observation + agent one-hot) were built once per update
-            dist = actor.sequence_from_inputs(_take(d["inputs"], idx), _take(d["mask"], idx))
-            mask = None
-        logp_seq = dist.log_prob(_take(d["actions"], idx))
-        logp = logp_seq.reshape(-1)
-        old = _take(d["logp"], idx).reshape(-1)
-        adv = _take(d["adv"], idx).reshape(-1)
-        surr, dual = ppo_surrogate(
-            logp,
-            old,
-            adv if offset is None else offset(adv),
-            clip_low=cfg.clip_low,
-            clip_high=cfg.clip_high,
-            dual_clip=cfg.dual_clip,
-        )
-        ent = dist.entropy().reshape(-1)
-        if mask is not None:
-            m = mask.to(surr.dtype)
-            surr, ent = surr * m, ent * m
-        surr_sum, ent_sum = surr.sum(), ent.sum()
-        loss = -(surr_sum + ent_coef * ent_sum) / count
-        if extra_loss is not None:
-            loss = loss + extra_loss(t.name, idx, logp_seq, dist)
-        loss.backward()
-        return {
-            "surr_sum": surr_sum.detach(),
-            "ent_sum": ent_sum.detach(),
-            "logp": logp.detach(),
-            "old": old,
-            "adv": adv,
-            "dual": dual,
-            "mask": mask,
-        }
-
-
-def _ppo_stats_mean(
-    records: list[tuple[Tensor, Tensor, Tensor | None, Tensor | None]],
-    clip_low: float,
-    clip_high: float,
-) -> dict[str, float]:
-    """The mean over minibatches of :func:`ppo_stats` of each ``(logp, logp_old, dual_active,
-    mask)`` record; the minibatches of each size are stacked and done in one call
-    (``dim=-1``: one value per minibatch)."""
-    sums: dict[str, float] = {}
-    by_size: dict[tuple[int, ...], list] = {}
-    for record in records:
-        by_size.setdefault(tuple(record[0].shape), []).append(record)
-    for group in by_size.values():
-        stacked = [None if f[0] is None else torch.stack(f) for f in zip(*group, strict=True)]
-        stats = ppo_stats(
-            *stacked[:3], clip_low=clip_low, clip_high=clip_high, mask=stacked[3], dim=-1
-        )
-        for k, v in stats.items():
-            sums[k] = sums.get(k, 0.0) + float(v.sum())
-    return {k: v / len(records) for k, v in sums.items()}
-
-
-def _results(jobs: list[_Job]) -> list[Any]:
-    """Every job's result in order; all are joined even when one fails (then re-raised)."""
-    out, error = [], None
-    for job in jobs:
-        try:
-            out.append(job.result())
-        except BaseException as exc:  # noqa: BLE001 - re-raised once every job is joined
-            error = error or exc
-    if error is not None:
-        raise error
-    return out
-
-
-class _Job:
-    """``fn(*args)`` run now in a background thread (``threaded``) or at :meth:`result`.
-
-    :meth:`result` returns the value, re-raising the function's exception in the caller.
-    torch operations release the GIL, so a threaded job computes on a second core.
-    """
-
-    def __init__(self, fn, *args, threaded: bool) -> None:
-        self._fn, self._args = fn, args
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self._thread = None
-        self._done = False
-        if threaded:
-            self._thread = threading.Thread(target=self._run, name="mappo-critic", daemon=True)
-            self._thread.start()
+    algo: str = _f("mappo", "Algorithm.")
+    rollout_steps: int = _f(32, "Steps T per rollout (one update uses T*E env steps).")
+    seq_len: int = _f(
+        16,
+        "Training window length for recurrent backbones (must divide rollout_steps); for every "
+        "backbone also the window of the position/chunk/sequence whitening keys "
+        "(position = step index within the rollout modulo seq_len).",
+    )
+    burn_in: int = _f(
+        0, "Recurrent burn-in steps before each window (no loss on them; recurrent backbones)."
+    )
+    gamma: float = _f(0.99, "Discount factor.")
+    gae_lambda: float = _f(0.95, "GAE lambda.")
+    critic_hidden_dim: int = _f(64, "Centralised critic MLP width.")
+    critic_lr: float | None = _f(None, "Critic learning rate (None: same as lr).")
+    value_epochs: int | None = _f(
+        2,
+        "Value epochs per update (none: same as epochs). 2 learns as fast per env step as 4 "
+        "at half the critic's cost (BENCHMARKS.md, MAPPO defaults).",
+    )
+    value_clip: float | None = _f(None, "Clipped value loss epsilon (None: off).")
+    value_norm: bool = _f(True, "Normalise value targets with a debiased EMA (MAPPO ValueNorm).")
+    value_norm_beta: float = _f(0.99999, "ValueNorm EMA coefficient.")
+    value_ensemble: int = _f(1, "Number K of value heads; their advantages are averaged.")
 
     @property
-    def threaded(self) -> bool:
-        return self._thread is not None
+    def resolved_value_epochs(self) -> int:
+        """Value epochs (falls back to ``epochs``)."""
+        return self.epochs if self.value_epochs is None else self.value_epochs
 
-    def _run(self) -> None:
-        try:
-            self._value = self._fn(*self._args)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller in result()
-            self._error = exc
+    @property
+    def resolved_critic_lr(self) -> float:
+        """Critic learning rate (falls back to ``lr``)."""
+        return self.lr if self.critic_lr is None else self.critic_lr
 
-    def wait(self) -> None:
-        """Run or join the job without raising its error (:meth:`result` raises it)."""
-        if self._thread is None:
-            if not self._done:
-                self._done = True
-                self._run()
+    def option_rules(self) -> list[tuple[str, bool, str]]:
+        return [
+            *super().option_rules(),
+            ("value_norm_beta", bool(self.value_norm), "--value-norm true"),
+        ]
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("rollout_steps", "seq_len", "critic_hidden_dim", "value_ensemble"):
+            value = getattr(self, name)
+            check_value(value >= 1, name, value, "an integer >= 1")
+        check_value(self.burn_in >= 0, "burn_in", self.burn_in, "an integer >= 0")
+        if self.value_epochs is not None:
+            check_value(
+                self.value_epochs >= 1, "value_epochs", self.value_epochs, "an integer >= 1 or none"
+            )
+        for name in ("gamma", "gae_lambda"):
+            value = getattr(self, name)
+            check_value(0.0 <= value <= 1.0, name, value, "a number in [0, 1]")
+        beta = self.value_norm_beta
+        check_value(0.0 < beta < 1.0, "value_norm_beta", beta, "a number in (0, 1)")
+        if self.critic_lr is not None:
+            check_value(self.critic_lr > 0, "critic_lr", self.critic_lr, "a number > 0 or none")
+        if self.value_clip is not None:
+            check_value(self.value_clip > 0, "value_clip", self.value_clip, "a number > 0 or none")
+        if self.is_recurrent:
+            check_value(
+                self.rollout_steps % self.seq_len == 0,
+                "seq_len",
+                self.seq_len,
+                f"a divisor of rollout_steps={self.rollout_steps} for recurrent backbones",
+            )
+            check_value(
+                self.burn_in + self.seq_len <= self.rollout_steps,
+                "burn_in",
+                self.burn_in,
+                f"an integer in [0, rollout_steps - seq_len = {self.rollout_steps - self.seq_len}]",
+            )
         else:
-            self._thread.join()
-
-    def result(self) -> Any:
-        self.wait()
-        if self._error is not None:
-            raise self._error
-        return self._value
+            check_value(
+                self.burn_in == 0, "burn_in", self.burn_in, "0 for the mlp backbone (no memory)"
+            )
 
 
-def _take(x: Tensor, idx: Tensor) -> Tensor:
-    """``x[idx]`` for a 1-D long ``idx`` along dim 0 (index_select: same values, about twice
-    as fast as advanced indexing for the minibatch gathers on CPU)."""
-    return x.index_select(0, idx)
+@dataclass
+class MAPPOAdvantages:
+    """The advantages of one rollout and what the value epochs need (N agents, K heads)."""
+
+    raw: Tensor  # [T, E, N] the mix before whitening (alpha-weighted or summed)
+    final: Tensor  # [T, E, N] what the policy loss uses
+    returns_team: Tensor  # [T, E, K] GAE returns (value targets), unnormalised
+    returns_individual: Tensor  # [T, E, N, K]
+    values_team: Tensor  # [T, E, K] the rollout's values, unnormalised
+    values_individual: Tensor  # [T, E, N, K]
+    clip_frac: float  # fraction of advantages clipped by adv_clip
+    penalty_beta: float | None  # the shaping coefficient, when penalty shaping is on
 
 
-def _step(
-    optimizer: torch.optim.Optimizer, params: list[nn.Parameter], max_norm: float | None, ctx
-) -> float:
-    """Average gradients across ranks, clip, step; returns the pre-clip grad norm."""
-    if ctx is not None and getattr(ctx, "enabled", False):
-        from marl.run.distributed import average_gradients
+def episode_segments(episode_start: Tensor, window: int) -> Tensor:
+    """Per step and env, an id of the (training window, episode) piece it belongs to.
 
-        average_gradients(params, ctx)
-    norm = clip_grad_norm([p.grad for p in params if p.grad is not None], max_norm)
-    adam_step(optimizer)
-    return float(norm)
-
-
-def adam_step(optimizer: torch.optim.Optimizer) -> None:
-    """``optimizer.step()``; for a fused single-group Adam (no amsgrad, not maximising) whose
-    parameters all have a gradient and a state, the same kernel with the same arguments as
-    ``Optimizer.step`` passes it (``torch._fused_adam_`` after the step counts' increment;
-    tested equal), without its per-call Python, about half the cost of a step for these
-    small networks. Anything else goes to ``optimizer.step()``."""
-    groups = optimizer.param_groups
-    g = groups[0]
-    odd = ("amsgrad", "maximize", "decoupled_weight_decay", "capturable", "differentiable")
-    if len(groups) != 1 or not g.get("fused") or any(g.get(k) for k in odd):
-        optimizer.step()
-        return
-    params = g["params"]
-    states = [optimizer.state.get(p) for p in params]
-    if any(p.grad is None or not st for p, st in zip(params, states, strict=True)) or (
-        len({(p.device, p.dtype) for p in params}) > 1
-    ):
-        # the first step (creates the state), a parameter without gradient, or parameters
-        # that Optimizer.step would group by device and dtype
-        optimizer.step()
-        return
-    steps = [st["step"] for st in states]
-    torch._foreach_add_(steps, 1)
-    beta1, beta2 = g["betas"]
-    torch._fused_adam_(
-        params,
-        [p.grad for p in params],
-        [st["exp_avg"] for st in states],
-        [st["exp_avg_sq"] for st in states],
-        [],
-        steps,
-        amsgrad=False,
-        lr=g["lr"],
-        beta1=beta1,
-        beta2=beta2,
-        weight_decay=g["weight_decay"],
-        eps=g["eps"],
-        maximize=False,
-        grad_scale=None,
-        found_inf=None,
-    )
+    ``episode_start [T, E]`` bool -> ``[T, E]`` long: steps share an id when they are in the
+    same window of ``window`` steps *and* the same episode (no autoreset between them), so a
+    per-sequence statistic never mixes two episodes.
+    """
+    T, E = episode_start.shape
+    position = torch.arange(T, device=episode_start.device) % window
+    # a new piece starts at an episode start or at a window start
+    starts = episode_start | (position == 0)[:, None]
+    piece = torch.cumsum(starts.long(), dim=0) - 1  # [T, E], per env
+    return piece * E + torch.arange(E, device=episode_start.device)[None, :]
 
 
-def clip_grad_norm(grads: list[Tensor], max_norm: float | None) -> Tensor:
-    """``torch.nn.utils.clip_grad_norm_`` on the gradients themselves, the same operations
-    (the 2-norm of the per-tensor 2-norms; ``grads *= min(max_norm / (norm + 1e-6), 1)``) without
-    its per-call grouping by device and dtype, which costs more than the arithmetic for a few
-    small tensors (~0.2 ms per call). ``max_norm=None``: the norm only. Returns the norm before
-    clipping (a 0-dim tensor)."""
-    if not grads:
-        return torch.tensor(0.0)
-    if len({(g.device, g.dtype) for g in grads}) > 1:  # mixed: torch's grouping
-        bound = float("inf") if max_norm is None else max_norm
-        params = [nn.Parameter(torch.empty_like(g)) for g in grads]
-        for p, g in zip(params, grads, strict=True):
-            p.grad = g  # the gradient tensors themselves: clipped in place
-        return torch.nn.utils.clip_grad_norm_(params, bound)
-    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
-    if max_norm is not None:
-        torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
-    return norm
+class MAPPO(Algorithm):
+    """The MAPPO algorithm object driven by :func:`marl.run.train.train`."""
 
+    name: ClassVar[str] = "mappo"
+    config_class: ClassVar[type[BaseConfig]] = MAPPOConfig
 
-class MAPPO:
-    """The MAPPO algorithm object driven by :mod:`marl.run.train` (``iteration(progress)``)."""
-
-    name = "mappo"
-
-    def __init__(self, cfg: TrainConfig, ctx: Any, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self, cfg: MAPPOConfig, ctx: DistContext | None, device: torch.device | str = "cpu"
+    ) -> None:
         self.cfg, self.ctx = cfg, ctx
         self.device = torch.device(device)
-        self.parallel = bool(cfg.parallel_update)
+        self.distributed = ctx is not None and ctx.enabled
+        self.parallel = bool(cfg.parallel_update) and not self.distributed
         self.vec = make_vector_env(cfg.env_fn, cfg.num_envs, cfg.env)
         self.layout = AgentLayout.from_env(self.vec)
+        N = self.layout.n_agents
         self.policy = MultiAgentPolicy(
             self.layout, cfg.backbone, cfg.hidden_dim, cfg.activation
         ).to(self.device)
-        N = self.layout.n_agents
         self.critic = CentralCritic(
             self.layout.state_dim, N, cfg.critic_hidden_dim, cfg.value_ensemble, cfg.activation
         ).to(self.device)
         self.offset = (
-            OptimismOffset(cfg.optimism_offset).to(self.device)
-            if cfg.optimism_offset is not None
-            else None
+            None
+            if cfg.optimism_offset is None
+            else OptimismOffset(cfg.optimism_offset).to(self.device)
         )
-        distributed = bool(getattr(ctx, "enabled", False))
-        if distributed:
-            from marl.run.distributed import broadcast_parameters
-
+        if self.distributed:
             broadcast_parameters(self.policy, ctx)
             broadcast_parameters(self.critic, ctx)
-        self.actor = ActorUpdater(
+        self.policy_update = PolicyUpdate(
             self.policy,
-            cfg,
-            extra_params=list(self.offset.parameters()) if self.offset is not None else None,
+            lr=cfg.lr,
+            epochs=cfg.epochs,
+            num_minibatches=cfg.num_minibatches,
+            max_grad_norm=cfg.max_grad_norm,
+            parallel=cfg.parallel_update,
+            offset=self.offset,
             ctx=ctx,
         )
         self.critic_opt = torch.optim.Adam(
-            self.critic.parameters(), lr=cfg.resolved_critic_lr, eps=1e-5, fused=True
+            self.critic.parameters(), lr=cfg.resolved_critic_lr, eps=1e-5
         )
         self.value_norm_team = self.value_norm_ind = None
         if cfg.value_norm:
-            self.value_norm_team = ValueNorm(1, cfg.value_norm_beta, distributed=distributed).to(
-                self.device
-            )
-            self.value_norm_ind = ValueNorm(N, cfg.value_norm_beta, distributed=distributed).to(
-                self.device
-            )
+            self.value_norm_team = ValueNorm(1, cfg.value_norm_beta, distributed=self.distributed)
+            self.value_norm_ind = ValueNorm(N, cfg.value_norm_beta, distributed=self.distributed)
+            self.value_norm_team.to(self.device)
+            self.value_norm_ind.to(self.device)
         self.whitener = whitener_from_config(
-            cfg, num_groups=len(self.layout.types), distributed=distributed
+            cfg, num_groups=len(self.layout.types), distributed=self.distributed
         )
-        self.penalty_schedule = None
-        if cfg.penalty_beta_schedule == "constant":
-            self.penalty_schedule = constant_schedule(cfg.penalty_beta)
-        elif cfg.penalty_beta_schedule == "linear":
-            self.penalty_schedule = linear_decay(cfg.penalty_beta, cfg.penalty_beta_floor, 1.0)
-        seed = ctx.seed_offset(cfg.seed) if ctx is not None else cfg.seed
+        self.penalty_schedule = penalty_schedule(cfg)
+        seed = cfg.seed if ctx is None else ctx.seed_offset(cfg.seed)
         self.collector = RolloutCollector(
             self.vec, self.layout, self.policy, seed=seed, device=self.device
         )
-        type_of_agent = torch.zeros(N, dtype=torch.long)
+        self.type_of_agent = torch.zeros(N, dtype=torch.long)
         for i, t in enumerate(self.layout.types):
-            type_of_agent[list(t.agent_ids)] = i
-        self.type_of_agent = type_of_agent
+            self.type_of_agent[list(t.agent_ids)] = i
+        self.window_starts: list[int] = []
+        if self.policy.is_recurrent:
+            self.window_starts = window_plan(cfg.rollout_steps, cfg.seq_len, cfg.burn_in)[2]
         self.last_advantages: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        # the next rollout, collected ahead by iteration() (see there), and whether to do so
-        self._ahead: RolloutBatch | None = None
-        self.collect_ahead = True
 
-    # -- values ---------------------------------------------------------------------------
-    @torch.no_grad()
-    def _values(self, state: Tensor) -> tuple[Tensor, Tensor]:
-        """Critic outputs for the rollout's states (normalised space when value_norm):
-        ``state [M, S]`` -> ``[M, K]``, ``[M, N, K]``. With ``parallel`` the two halves of a
-        large batch run side by side (the rollout leaves the second core idle)."""
-        if not self.parallel or state.shape[0] < 1024:
-            return self.critic(state)
-        half = state.shape[0] // 2
-        job = _Job(self._values_no_grad, state[half:], threaded=True)
-        try:
-            head = self.critic(state[:half])
-        finally:
-            tail = job.result()
-        return torch.cat([head[0], tail[0]]), torch.cat([head[1], tail[1]])
-
-    def _values_no_grad(self, state: Tensor) -> tuple[Tensor, Tensor]:
-        with torch.no_grad():  # grad mode is per thread
-            return self.critic(state)
-
-    def _denorm(self, team: Tensor, ind: Tensor) -> tuple[Tensor, Tensor]:
-        if self.value_norm_team is None:
-            return team, ind
-        team = self.value_norm_team.denormalize(team)
-        ind = self.value_norm_ind.denormalize(ind.transpose(-1, -2)).transpose(-1, -2)
-        return team, ind
-
-    def _norm(self, team: Tensor, ind: Tensor) -> tuple[Tensor, Tensor]:
-        if self.value_norm_team is None:
-            return team, ind
-        team = self.value_norm_team.normalize(team)
-        ind = self.value_norm_ind.normalize(ind.transpose(-1, -2)).transpose(-1, -2)
-        return team, ind
-
-    # -- one update ------------------------------------------------------------------------
-    def _collect(self, before_values=None) -> RolloutBatch:
-        self.policy.eval()
-        try:
-            return self.collector.collect(
-                self.cfg.rollout_steps,
-                value_fn=self._values,
-                window_state_steps=self.actor.window_state_steps(self.cfg.rollout_steps),
-                before_values=before_values,
-            )
-        finally:
-            self.policy.train()
-
+    # -- one iteration ---------------------------------------------------------------------
     def iteration(self, progress: float) -> dict[str, float]:
-        """One update on one rollout of ``T x E`` env steps; returns its metrics.
-
-        With the parallel update and ``collect_ahead``, the policy epochs run first, then the
-        value epochs in a thread alongside the env steps of the *next* rollout, which need only
-        the updated policy (the rollout alone leaves the second core idle); that rollout's
-        values wait for the value epochs, and the rollout is kept for the next call. The
-        results are those of collect-then-update: a rollout does not touch the critic, and the
-        random draws (the value epochs' minibatch orders, the policy's, then the next rollout's
-        noise) come in the same order. The training loop sets ``collect_ahead`` False before a
-        checkpoint, so that checkpoints need not hold a rollout (one that does is resumed from
-        exactly).
-        """
+        """Collect one rollout of ``T x E`` env steps and update on it; returns its metrics."""
         t0 = time.perf_counter()
-        batch, self._ahead = self._ahead, None
-        if batch is None:
-            batch = self._collect()
+        batch = self.collect()
         t_collect = time.perf_counter() - t0
-        ahead = self.collect_ahead and self.parallel and not getattr(self.ctx, "enabled", False)
-        metrics, critic_job = self._update(batch, progress, critic_after_policy=ahead)
-        if ahead:
-            t1 = time.perf_counter()
-            try:
-                self._ahead = self._collect(before_values=critic_job.result)
-            finally:
-                critic_job.wait()  # joined even when the rollout failed
-            t_collect += time.perf_counter() - t1
-        metrics.update(critic_job.result())
+        metrics = self.update(batch, progress)
         metrics["time/collect_s"] = t_collect
         metrics["time/update_s"] = time.perf_counter() - t0 - t_collect
         metrics["env_steps_delta"] = float(batch.num_steps * batch.num_envs)
         return metrics
 
-    def advantages(
-        self, batch: RolloutBatch, progress: float
-    ) -> tuple[dict[str, Tensor], dict[str, Any]]:
-        """Per-type final advantages ``[T, E, n_k]`` and the pieces needed for value training."""
+    def collect(self) -> RolloutBatch:
+        """One rollout with the critic's values of every state (normalised space)."""
+        self.policy.eval()
+        try:
+            return self.collector.collect(
+                self.cfg.rollout_steps,
+                value_fn=self.values,
+                window_state_steps=self.window_starts,
+            )
+        finally:
+            self.policy.train()
+
+    @torch.no_grad()
+    def values(self, state: Tensor) -> tuple[Tensor, Tensor]:
+        """``state [M, S]`` -> critic outputs ``[M, K]``, ``[M, N, K]`` (normalised space)."""
+        return self.critic(state)
+
+    def update(self, batch: RolloutBatch, progress: float) -> dict[str, float]:
+        """Advantages, then the policy epochs and the value epochs on one rollout."""
+        cfg = self.cfg
+        adv = self.advantages(batch, progress)
+        metrics = self.advantage_metrics(adv)
+        ent_coef = linear_schedule(cfg.ent_coef, cfg.ent_coef_final, progress)
+        lr_scale = max(1.0 - progress, 0.0) if cfg.lr_schedule == "linear" else 1.0
+        self.policy_update.set_lr(cfg.lr * lr_scale)
+        units = self.policy_units(batch, adv.final)
+        coef = PPOLossConfig(
+            clip_low=cfg.clip_low,
+            clip_high=cfg.clip_high,
+            dual_clip=cfg.dual_clip,
+            ent_coef=ent_coef,
+        )
+        # the critic's minibatch orders are drawn before the policy's, so that the results do
+        # not depend on whether the two run side by side
+        value_orders = [
+            torch.randperm(batch.num_steps * batch.num_envs)
+            for _ in range(cfg.resolved_value_epochs)
+        ]
+        policy_metrics, value_metrics = side_by_side(
+            [
+                lambda: self.policy_update.run(units, coef),
+                lambda: self.update_critic(batch, adv, value_orders, lr_scale),
+            ],
+            parallel=self.parallel,
+        )
+        metrics.update(policy_metrics)
+        metrics.update(value_metrics)
+        metrics["lr"] = cfg.lr * lr_scale
+        metrics["ent_coef"] = ent_coef
+        if self.offset is not None:
+            metrics["optimism_offset"] = float(self.offset.b.detach())
+        if batch.episodes:
+            for key in batch.episodes[0]:
+                metrics[f"episode/{key}"] = float(np.mean([e[key] for e in batch.episodes]))
+        metrics["episodes"] = float(len(batch.episodes))
+        return metrics
+
+    # -- advantages ------------------------------------------------------------------------
+    def advantages(self, batch: RolloutBatch, progress: float) -> MAPPOAdvantages:
+        """GAE per channel, whitening and mixing, then the optional penalty shaping.
+
+        Penalty shaping (``--penalty-beta-schedule``, seed 003's ``A - beta * R_penalty``):
+        ``A' = A - beta(t) * whiten_type(c_t)`` with ``c_t = -reward_penalty_t`` the penalty
+        cost of the step itself, whitened per agent type. The step's own cost is what the
+        action at t causes; a cost-to-go summed only to the rollout's end (unbootstrapped)
+        would add an action-independent ramp across the rollout instead. The penalty is then
+        not added to the individual channel (it enters once).
+        """
         cfg = self.cfg
         T, E, N = batch.num_steps, batch.num_envs, self.layout.n_agents
         K = batch.values_team.shape[-1]
-        v_team, v_ind = self._denorm(batch.values_team, batch.values_individual)
-        nv_team, nv_ind = self._denorm(batch.next_values_team, batch.next_values_individual)
+        v_team, v_ind = self._denormalize(batch.values_team, batch.values_individual)
+        next_team, next_ind = self._denormalize(
+            batch.next_values_team, batch.next_values_individual
+        )
         shaping = self.penalty_schedule is not None
-        r_ind = batch.reward_individual
+        reward_ind = batch.reward_individual
         if not shaping and cfg.penalty_channel == "individual":
-            r_ind = r_ind + batch.reward_penalty
+            reward_ind = reward_ind + batch.reward_penalty
         term, trunc = batch.terminated, batch.truncated
-        try:
-            a_team, ret_team = gae(
-                batch.reward_team[..., None].expand(T, E, K),
-                v_team,
-                nv_team,
-                term[..., None].expand(T, E, K),
-                trunc[..., None].expand(T, E, K),
-                gamma=cfg.gamma,
-                lam=cfg.gae_lambda,
-            )
-            a_ind, ret_ind = gae(
-                r_ind[..., None].expand(T, E, N, K),
-                v_ind,
-                nv_ind,
-                term[..., None, None].expand(T, E, N, K),
-                trunc[..., None, None].expand(T, E, N, K),
-                gamma=cfg.gamma,
-                lam=cfg.gae_lambda,
-            )
-        except ValueError as exc:
-            if "finite" in str(exc).lower() or "nan" in str(exc).lower():
-                raise NonFiniteError(f"advantages (GAE input: {exc})") from exc
-            raise
-        team_adv = a_team.mean(-1)[..., None].expand(T, E, N).contiguous()  # [T, E, N]
-        ind_adv = a_ind.mean(-1)  # [T, E, N]
-        for name, x in (("advantages/team", team_adv), ("advantages/individual", ind_adv)):
+        for name, x in (("rewards (team)", batch.reward_team), ("rewards", reward_ind)):
             if not torch.isfinite(x).all():
                 raise NonFiniteError(name)
-        position = (torch.arange(T) % cfg.seq_len).reshape(T, 1, 1)
-        window_id = torch.arange(T) // cfg.seq_len
-        seq_id = (window_id[:, None, None] * E + torch.arange(E)[None, :, None]) * N + torch.arange(
-            N
-        )[None, None, :]
-        keys = GroupKeys(
-            type_id=self.type_of_agent.reshape(1, 1, N).to(team_adv.device),
-            position=position.to(team_adv.device),
-            sequence_id=seq_id.to(team_adv.device),
+        team_adv, team_ret = gae(
+            batch.reward_team[..., None].expand(T, E, K),
+            v_team,
+            next_team,
+            term[..., None].expand(T, E, K),
+            trunc[..., None].expand(T, E, K),
+            gamma=cfg.gamma,
+            lam=cfg.gae_lambda,
         )
-        if self.whitener.scheme == "team_individual":
-            raw = cfg.alpha * team_adv + (1 - cfg.alpha) * ind_adv
-        else:
-            raw = team_adv + ind_adv
-        adv = self.whitener(team_adv, ind_adv, keys=keys)
-        info: dict[str, Any] = {"adv_clip_frac": float(self.whitener.last_clip_frac)}
+        ind_adv, ind_ret = gae(
+            reward_ind[..., None].expand(T, E, N, K),
+            v_ind,
+            next_ind,
+            term[..., None, None].expand(T, E, N, K),
+            trunc[..., None, None].expand(T, E, N, K),
+            gamma=cfg.gamma,
+            lam=cfg.gae_lambda,
+        )
+        team = team_adv.mean(-1)[..., None].expand(T, E, N)  # [T, E, N]
+        individual = ind_adv.mean(-1)  # [T, E, N]
+        for name, x in (("advantages/team", team), ("advantages/individual", individual)):
+            if not torch.isfinite(x).all():
+                raise NonFiniteError(name)
+        keys = self.group_keys(batch)
+        raw, final = self.mix_and_whiten(team.contiguous(), individual, keys)
+        beta = None
         if shaping:
-            cost = -batch.reward_penalty
-            cost_to_go = discounted_returns(
-                cost, (term | trunc)[..., None].expand(T, E, N), cfg.gamma
-            )
             beta = float(self.penalty_schedule(progress))
-            norm_cost = whiten(cost_to_go, group=keys.type_id.expand(T, E, N))
-            adv = shape_with_penalty(adv.clone(), norm_cost, beta)
-            info["penalty_beta"] = beta
-        if not torch.isfinite(adv).all():
+            cost = -batch.reward_penalty  # [T, E, N]
+            final = shape_with_penalty(
+                final, whiten(cost, group=keys.type_id.expand(T, E, N)), beta
+            )
+        if not torch.isfinite(final).all():
             raise NonFiniteError("advantages (after whitening)")
-        info["raw"], info["adv"] = raw, adv
-        info["returns"] = (ret_team, ret_ind)
-        info["values"] = (v_team, v_ind)
-        per_type = {t.name: adv[:, :, list(t.agent_ids)] for t in self.layout.types}
-        return per_type, info
+        return MAPPOAdvantages(
+            raw=raw,
+            final=final,
+            returns_team=team_ret,
+            returns_individual=ind_ret,
+            values_team=v_team,
+            values_individual=v_ind,
+            clip_frac=float(self.whitener.last_clip_frac),
+            penalty_beta=beta,
+        )
 
-    def update(self, batch: RolloutBatch, progress: float) -> dict[str, float]:
-        """Policy and value epochs on ``batch`` (the value epochs alongside the policy's with
-        the parallel update); returns the update's metrics."""
-        metrics, critic_job = self._update(batch, progress)
-        metrics.update(critic_job.result())
-        return metrics
+    def mix_and_whiten(
+        self, team: Tensor, individual: Tensor, keys: GroupKeys
+    ) -> tuple[Tensor, Tensor]:
+        """The advantage scheme: team and individual advantages ``[T, E, N]`` -> (the raw mix,
+        for statistics; the final advantages). Here the configured whitener: by default each
+        channel whitened per agent type and mixed by alpha. Override to try another scheme
+        (docs/extending.md)."""
+        if self.whitener.scheme == "team_individual":
+            raw = self.cfg.alpha * team + (1 - self.cfg.alpha) * individual
+        else:
+            raw = team + individual
+        return raw, self.whitener(team, individual, keys=keys)
 
-    def _update(
-        self, batch: RolloutBatch, progress: float, *, critic_after_policy: bool = False
-    ) -> tuple[dict[str, float], _Job]:
-        """The policy epochs; the value epochs are the returned job: with the parallel update a
-        thread started alongside the policy epochs (or after them, ``critic_after_policy``, to
-        run alongside what the caller does next), else run by the job's ``result()``."""
-        cfg = self.cfg
-        per_type, info = self.advantages(batch, progress)
+    def group_keys(self, batch: RolloutBatch) -> GroupKeys:
+        """Whitening group keys ``[T, E, N]``-broadcastable: agent type, position in the
+        training window, and sequence = (window, episode, env, agent)."""
+        T, N = batch.num_steps, self.layout.n_agents
+        dev = batch.terminated.device
+        position = (torch.arange(T, device=dev) % self.cfg.seq_len).reshape(T, 1, 1)
+        segment = episode_segments(batch.episode_start, self.cfg.seq_len)  # [T, E]
+        sequence = segment[..., None] * N + torch.arange(N, device=dev)
+        sequence = torch.unique(sequence, return_inverse=True)[1]  # compact ids
+        return GroupKeys(
+            type_id=self.type_of_agent.reshape(1, 1, N).to(dev),
+            position=position,
+            sequence_id=sequence,
+        )
+
+    def advantage_metrics(self, adv: MAPPOAdvantages) -> dict[str, float]:
+        """``adv_raw/*`` and ``adv/*`` statistics (all agents and per type) and the clip and
+        shaping figures; keeps the last advantages for the histogram plot."""
         metrics: dict[str, float] = {}
-        raw, adv = info["raw"], info["adv"]
-        for prefix, x in (("adv_raw", raw), ("adv", adv)):
+        for prefix, x in (("adv_raw", adv.raw), ("adv", adv.final)):
             for k, v in advantage_stats(x).items():
                 metrics[f"{prefix}/{k}"] = v
             for t in self.layout.types:
@@ -714,147 +424,165 @@ class MAPPO:
                     metrics[f"{prefix}/{t.name}/{k}"] = v
         self.last_advantages = {
             t.name: (
-                raw[:, :, list(t.agent_ids)].detach().cpu().numpy().ravel(),
-                adv[:, :, list(t.agent_ids)].detach().cpu().numpy().ravel(),
+                adv.raw[:, :, list(t.agent_ids)].detach().cpu().numpy().ravel(),
+                adv.final[:, :, list(t.agent_ids)].detach().cpu().numpy().ravel(),
             )
             for t in self.layout.types
         }
-        metrics["adv_clip_frac"] = info["adv_clip_frac"]
-        if "penalty_beta" in info:
-            metrics["penalty_beta"] = info["penalty_beta"]
-        ent_coef = linear_schedule(cfg.ent_coef, cfg.ent_coef_final, progress)
-        lr_scale = 1.0 - progress if cfg.lr_schedule == "linear" else 1.0
-        lr = cfg.lr * max(lr_scale, 0.0)
-        # The policy and the critic share nothing during their epochs (separate parameters,
-        # optimisers and inputs), so the critic's can run on a second core. Its minibatch order
-        # is drawn here, before either starts, so the results do not depend on the threading.
-        perms = [
-            torch.randperm(batch.num_steps * batch.num_envs)
-            for _ in range(cfg.resolved_value_epochs)
-        ]
-        parallel = self.parallel and not getattr(self.ctx, "enabled", False)
+        metrics["adv_clip_frac"] = adv.clip_frac
+        if adv.penalty_beta is not None:
+            metrics["penalty_beta"] = adv.penalty_beta
+        return metrics
 
-        def critic_job() -> _Job:
-            return _Job(self.update_critic, batch, info, lr_scale, perms, threaded=parallel)
-
-        late = parallel and critic_after_policy
-        job = None if late else critic_job()
-        try:
-            metrics.update(
-                self.actor.update(batch, per_type, ent_coef=ent_coef, lr=lr, offset=self.offset)
+    # -- policy ----------------------------------------------------------------------------
+    def policy_units(self, batch: RolloutBatch, advantages: Tensor) -> dict[str, Minibatch]:
+        """Per agent type, the units of the policy epochs: single steps ``[T*E, 1, n_k, ...]``
+        for feed-forward backbones; windows ``[W*E, burn_in + seq_len, n_k, ...]`` with their
+        stored initial states and resets for recurrent ones."""
+        T, E = batch.num_steps, batch.num_envs
+        units = {}
+        if not self.policy.is_recurrent:
+            steps = torch.ones(T * E, 1, dtype=torch.bool, device=batch.terminated.device)
+            for t in self.layout.types:
+                k, n = t.name, t.n_agents
+                units[k] = Minibatch(
+                    obs=batch.obs[k].reshape(T * E, 1, n, -1),
+                    action_mask=batch.mask[k].reshape(T * E, 1, n, -1),
+                    actions=batch.actions[k].reshape(T * E, 1, n),
+                    old_logp=batch.logp[k].reshape(T * E, 1, n),
+                    advantages=advantages[:, :, list(t.agent_ids)].reshape(T * E, 1, n),
+                    loss_mask=steps,
+                )
+            return units
+        index, loss_mask, _ = window_plan(T, self.cfg.seq_len, self.cfg.burn_in)
+        W, Lw = index.shape
+        loss_mask = loss_mask[:, None, :].expand(W, E, Lw).reshape(W * E, Lw)
+        resets = stack_windows(batch.episode_start, index)
+        for t in self.layout.types:
+            k = t.name
+            states = batch.window_states[k]  # W tuples of [E * n_k, ...]
+            units[k] = Minibatch(
+                obs=stack_windows(batch.obs[k], index),
+                action_mask=stack_windows(batch.mask[k], index),
+                actions=stack_windows(batch.actions[k], index),
+                old_logp=stack_windows(batch.logp[k], index),
+                advantages=stack_windows(advantages[:, :, list(t.agent_ids)], index),
+                loss_mask=loss_mask.to(batch.terminated.device),
+                resets=resets,
+                state=tuple(torch.cat(parts, 0) for parts in zip(*states, strict=True)),
             )
-        except BaseException:
-            if job is not None:
-                job.wait()  # the thread is joined before the error goes up
-            raise
-        if late:
-            job = critic_job()
-        metrics["lr"] = lr
-        metrics["ent_coef"] = ent_coef
-        if self.offset is not None:
-            metrics["optimism_offset"] = self.offset.b.item()
-        # episode statistics
-        if batch.episodes:
-            for key in batch.episodes[0]:
-                metrics[f"episode/{key}"] = float(np.mean([e[key] for e in batch.episodes]))
-        metrics["episodes"] = float(len(batch.episodes))
-        return metrics, job
+        return units
 
+    # -- critic ----------------------------------------------------------------------------
     def update_critic(
-        self, batch: RolloutBatch, info: dict, lr_scale: float, perms: list[Tensor]
+        self,
+        batch: RolloutBatch,
+        adv: MAPPOAdvantages,
+        orders: list[Tensor],
+        lr_scale: float,
     ) -> dict[str, float]:
-        """ValueNorm update, then one value epoch per permutation in ``perms`` (each a
-        permutation of the ``T * E`` states)."""
+        """ValueNorm update, then one value epoch per permutation in ``orders`` (each of the
+        ``T * E`` states), minibatches as the policy's."""
         cfg = self.cfg
         T, E, N = batch.num_steps, batch.num_envs, self.layout.n_agents
-        ret_team, ret_ind = info["returns"]
-        v_team, v_ind = info["values"]
         ev = explained_variance(
-            torch.cat([v_team.mean(-1).reshape(-1), v_ind.mean(-1).reshape(-1)]),
-            torch.cat([ret_team.mean(-1).reshape(-1), ret_ind.mean(-1).reshape(-1)]),
+            torch.cat(
+                [adv.values_team.mean(-1).reshape(-1), adv.values_individual.mean(-1).reshape(-1)]
+            ),
+            torch.cat(
+                [adv.returns_team.mean(-1).reshape(-1), adv.returns_individual.mean(-1).reshape(-1)]
+            ),
         )
         if self.value_norm_team is not None:
-            self.value_norm_team.update(ret_team.reshape(-1, 1))
-            self.value_norm_ind.update(ret_ind.transpose(-1, -2).reshape(-1, N))
-        tgt_team, tgt_ind = self._norm(ret_team, ret_ind)
-        K = tgt_team.shape[-1]
+            self.value_norm_team.update(adv.returns_team.reshape(-1, 1))
+            self.value_norm_ind.update(adv.returns_individual.transpose(-1, -2).reshape(-1, N))
+        target_team, target_ind = self._normalize(adv.returns_team, adv.returns_individual)
+        K = target_team.shape[-1]
         states = batch.state.reshape(T * E, -1)
-        tgt_team, tgt_ind = tgt_team.reshape(T * E, K), tgt_ind.reshape(T * E, N, K)
+        target_team, target_ind = target_team.reshape(T * E, K), target_ind.reshape(T * E, N, K)
         old_team = batch.values_team.reshape(T * E, K)
         old_ind = batch.values_individual.reshape(T * E, N, K)
-        for g in self.critic_opt.param_groups:
-            g["lr"] = cfg.resolved_critic_lr * max(lr_scale, 0.0)
-        n = T * E
-        mb = max(1, math.ceil(n / cfg.num_minibatches))
-        total, gnorm, steps = 0.0, 0.0, 0
+        for group in self.critic_opt.param_groups:
+            group["lr"] = cfg.resolved_critic_lr * lr_scale
         params = list(self.critic.parameters())
-        for perm in perms:
-            for start in range(0, n, mb):
-                idx = perm[start : start + mb]
-                p_team, p_ind = self.critic(_take(states, idx))
+        size = max(1, math.ceil(T * E / cfg.num_minibatches))
+        total, grad_norms, steps = 0.0, 0.0, 0
+        for order in orders:
+            for start in range(0, T * E, size):
+                idx = order[start : start + size]
+                pred_team, pred_ind = self.critic(states[idx])
                 loss = value_loss(
-                    p_team, _take(old_team, idx), _take(tgt_team, idx), value_clip=cfg.value_clip
-                ) + value_loss(
-                    p_ind, _take(old_ind, idx), _take(tgt_ind, idx), value_clip=cfg.value_clip
-                )
+                    pred_team, old_team[idx], target_team[idx], value_clip=cfg.value_clip
+                ) + value_loss(pred_ind, old_ind[idx], target_ind[idx], value_clip=cfg.value_clip)
                 if not torch.isfinite(loss):
                     raise NonFiniteError("loss/value")
-                for p in params:  # zero_grad(set_to_none=True) without its hooks
-                    p.grad = None
+                self.critic_opt.zero_grad(set_to_none=True)
                 loss.backward()
-                g = _step(self.critic_opt, params, cfg.max_grad_norm, self.ctx)
-                if not math.isfinite(g):
+                if self.distributed:
+                    average_gradients(params, self.ctx, weight=float(len(idx)))
+                max_norm = math.inf if cfg.max_grad_norm is None else cfg.max_grad_norm
+                grad_norm = float(nn.utils.clip_grad_norm_(params, max_norm))
+                if not math.isfinite(grad_norm):
                     raise NonFiniteError("grad_norm (value)")
+                self.critic_opt.step()
                 total += loss.item()
-                gnorm += g
+                grad_norms += grad_norm
                 steps += 1
         return {
             "loss/value": total / max(steps, 1),
-            "value_grad_norm": gnorm / max(steps, 1),
+            "value_grad_norm": grad_norms / max(steps, 1),
             "explained_variance": ev,
         }
 
+    def _denormalize(self, team: Tensor, ind: Tensor) -> tuple[Tensor, Tensor]:
+        if self.value_norm_team is None:
+            return team, ind
+        team = self.value_norm_team.denormalize(team)
+        ind = self.value_norm_ind.denormalize(ind.transpose(-1, -2)).transpose(-1, -2)
+        return team, ind
+
+    def _normalize(self, team: Tensor, ind: Tensor) -> tuple[Tensor, Tensor]:
+        if self.value_norm_team is None:
+            return team, ind
+        team = self.value_norm_team.normalize(team)
+        ind = self.value_norm_ind.normalize(ind.transpose(-1, -2)).transpose(-1, -2)
+        return team, ind
+
     # -- checkpoints -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        d = {
+        state = {
             "policy": self.policy.state_dict(),
             "critic": self.critic.state_dict(),
-            "actor_opt": self.actor.optimizer.state_dict(),
+            "actor_opt": self.policy_update.optimizer.state_dict(),
             "critic_opt": self.critic_opt.state_dict(),
             "whitener": self.whitener.state_dict(),
             "collector": self.collector.state_dict(),
         }
         if self.offset is not None:
-            d["offset"] = self.offset.state_dict()
+            state["offset"] = self.offset.state_dict()
         if self.value_norm_team is not None:
-            d["value_norm_team"] = self.value_norm_team.state_dict()
-            d["value_norm_ind"] = self.value_norm_ind.state_dict()
-        if self._ahead is not None:  # the env state is after it: resume must train on it
-            d["ahead"] = self._ahead
-        return d
+            state["value_norm_team"] = self.value_norm_team.state_dict()
+            state["value_norm_ind"] = self.value_norm_ind.state_dict()
+        return state
 
-    def load_state_dict(self, d: dict[str, Any]) -> None:
-        self.policy.load_state_dict(d["policy"])
-        self.critic.load_state_dict(d["critic"])
-        self.actor.optimizer.load_state_dict(d["actor_opt"])
-        self.critic_opt.load_state_dict(d["critic_opt"])
-        self.whitener.load_state_dict(d["whitener"])
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.critic.load_state_dict(state["critic"])
+        self.policy_update.optimizer.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.whitener.load_state_dict(state["whitener"])
         if self.offset is not None:
-            self.offset.load_state_dict(d["offset"])
+            self.offset.load_state_dict(state["offset"])
         if self.value_norm_team is not None:
-            self.value_norm_team.load_state_dict(d["value_norm_team"])
-            self.value_norm_ind.load_state_dict(d["value_norm_ind"])
-        if getattr(self.ctx, "enabled", False):
-            from marl.run.distributed import broadcast_parameters
-
+            self.value_norm_team.load_state_dict(state["value_norm_team"])
+            self.value_norm_ind.load_state_dict(state["value_norm_ind"])
+        if self.distributed:
             broadcast_parameters(self.policy, self.ctx)
             broadcast_parameters(self.critic, self.ctx)
-        collector_state = d["collector"]
-        if getattr(self.ctx, "rank", 0) != 0:
+        collector_state = state["collector"]
+        if self.ctx is not None and self.ctx.rank != 0:
             # the checkpoint holds rank 0's environments: other ranks restart their own
             collector_state = {**collector_state, "env": None}
-        seed = self.ctx.seed_offset(self.cfg.seed) if self.ctx is not None else self.cfg.seed
-        restored = self.collector.load_state_dict(collector_state, seed=seed)
+        seed = self.cfg.seed if self.ctx is None else self.ctx.seed_offset(self.cfg.seed)
+        self.collector.load_state_dict(collector_state, seed=seed)
         self.vec = self.collector.vec
-        # a rollout collected ahead belongs with the env state it left (else it is dropped)
-        self._ahead = d.get("ahead") if restored else None

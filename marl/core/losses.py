@@ -93,6 +93,7 @@ def ppo_surrogate(
 def ppo_stats(
     logp: Tensor,
     logp_old: Tensor,
+    advantages: Tensor,
     dual_active: Tensor | None,
     *,
     clip_low: float = 0.2,
@@ -100,15 +101,20 @@ def ppo_stats(
     mask: Tensor | None = None,
     dim: int | None = None,
 ) -> dict[str, Tensor]:
-    """Diagnostics of a clipped update (detached scalars): ``clip_frac_low`` (fraction with
-    ratio < 1 - clip_low), ``clip_frac_high`` (ratio > 1 + clip_high), ``dual_clip_frac``
-    (fraction where the dual bound is active; 0 without dual clip), ``approx_kl`` (the k3
-    estimator of KL(old || new): ``mean(ratio - 1 - log ratio)``). With ``dim``, each is the
-    per-index mean along ``dim`` (e.g. one value per minibatch of a stack of them)."""
+    """Diagnostics of a clipped update (detached scalars), each the fraction of samples where
+    a bound *binds* (the clipped term is the one taken, so its gradient is zero):
+    ``clip_frac_low`` (ratio < 1 - clip_low with A < 0), ``clip_frac_high`` (ratio >
+    1 + clip_high with A > 0), ``dual_clip_frac`` (the dual bound is active; 0 without dual
+    clip); and ``approx_kl`` (the k3 estimator of KL(old || new): ``mean(ratio - 1 - log
+    ratio)``). With ``dim``, each is the per-index mean along ``dim``."""
     ratio = (logp - logp_old).exp()
     return {
-        "clip_frac_low": masked_mean((ratio < 1.0 - clip_low).float(), mask, dim),
-        "clip_frac_high": masked_mean((ratio > 1.0 + clip_high).float(), mask, dim),
+        "clip_frac_low": masked_mean(
+            ((ratio < 1.0 - clip_low) & (advantages < 0)).float(), mask, dim
+        ),
+        "clip_frac_high": masked_mean(
+            ((ratio > 1.0 + clip_high) & (advantages > 0)).float(), mask, dim
+        ),
         "dual_clip_frac": masked_mean(
             torch.zeros_like(ratio) if dual_active is None else dual_active.float(), mask, dim
         ),
@@ -135,6 +141,7 @@ def ppo_policy_loss(
     stats = ppo_stats(
         logp.detach(),
         logp_old.detach(),
+        advantages.detach(),
         dual_active,
         clip_low=clip_low,
         clip_high=clip_high,

@@ -24,23 +24,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from marl.collect import EpisodeTracker, ObsBatcher, make_vector_env, reward_channels
+from marl.collect import EVAL_KEYS, ObsBatcher, PolicyActor, evaluate_episodes
+from marl.envapi import make_vector_env
 from marl.policies import AgentLayout, MultiAgentPolicy
+from marl.run.checkpoint import latest_path, load_checkpoint
+from marl.run.config import config_from_dict, load_run_config
 
 __all__ = ["evaluate_policy", "record_episode", "format_table", "main", "EVAL_KEYS"]
 
-#: eval.json figure -> info/record key
-EVAL_KEYS = {
-    "success_rate": "success",
-    "solved_rate": "solved",
-    "mean_return": "return",
-    "coverage": "coverage",
-    "revisit_rate": "revisit_rate",
-    "episode_length": "episode_length",
-}
 
-
-@torch.no_grad()
 def evaluate_policy(
     policy: MultiAgentPolicy,
     env_fn: str,
@@ -50,60 +42,27 @@ def evaluate_policy(
     deterministic: bool = False,
     device: torch.device | str | None = None,
 ) -> dict[str, Any]:
-    """Run one episode per seed (all in one vector env) and summarise (see module doc).
-
-    ``device``: where observations go (default: the policy's device).
-    """
-    if device is None:
-        device = next(policy.parameters()).device
+    """Run one episode per seed (all in one vector env, :func:`marl.collect.evaluate_episodes`)
+    and summarise (see the module doc); ``device``: where observations go (default: the
+    policy's device)."""
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds must not be empty")
-    n = len(seeds)
-    vec = make_vector_env(env_fn, n, env_kwargs, autoreset=False)
-    layout = AgentLayout.from_env(vec)
-    batcher = ObsBatcher(layout, device)
-    tracker = EpisodeTracker(n, layout.n_agents)
-    obs, _ = vec.reset(seed=seeds)
-    state = policy.initial_state(n)
-    reset = torch.ones(n, dtype=torch.bool, device=device)
-    finished = np.zeros(n, bool)
-    records: list[dict[str, float] | None] = [None] * n
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seeds[0])
-    limit = int(getattr(vec, "max_cycles", 100_000)) + 1
+    vec = make_vector_env(env_fn, len(seeds), env_kwargs, autoreset=False)
+    actor = PolicyActor(
+        policy,
+        AgentLayout.from_env(vec),
+        len(seeds),
+        deterministic=deterministic,
+        seed=seeds[0],
+        device=device,
+    )
     was_training = policy.training
     policy.eval()
-    for _ in range(limit):
-        obs_t, mask_t = batcher(obs)
-        actions, _, state = policy.act(
-            obs_t, mask_t, state, reset, deterministic=deterministic, generator=gen
-        )
-        reset = torch.zeros(n, dtype=torch.bool, device=device)
-        obs, _, terms, truncs, infos = vec.step(batcher.actions_to_env(actions))
-        team, ind, pen = reward_channels(infos, layout.agents)
-        a0 = layout.agents[0]
-        done = np.asarray(terms[a0], bool) | np.asarray(truncs[a0], bool)
-        newly = done & ~finished
-        team, ind, pen = team * ~finished, ind * ~finished[:, None], pen * ~finished[:, None]
-        for rec, i in zip(
-            tracker.step(team, ind, pen, newly, infos, layout.agents),
-            np.flatnonzero(newly),
-            strict=True,
-        ):
-            records[i] = rec
-        finished |= done
-        if finished.all():
-            break
-    policy.train(was_training)
-    if not finished.all():
-        raise RuntimeError(f"evaluation episodes did not end within {limit} steps")
-    out: dict[str, Any] = {}
-    for name, key in EVAL_KEYS.items():
-        vals = [r[key] for r in records if r is not None and key in r]
-        out[name] = float(np.mean(vals)) if len(vals) == n else None
-    out["n_episodes"] = n
-    out["seeds"] = seeds
+    try:
+        out = evaluate_episodes(actor, vec, seeds)
+    finally:
+        policy.train(was_training)
     out["deterministic"] = bool(deterministic)
     return out
 
@@ -167,10 +126,7 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
 
 
 def load_run_policy(run_dir: str, device: str = "cpu") -> tuple[MultiAgentPolicy, Any, dict]:
-    """(policy with the latest checkpoint's weights, its TrainConfig, the checkpoint)."""
-    from marl.run.checkpoint import latest_path, load_checkpoint
-    from marl.run.config import config_from_dict, load_run_config
-
+    """(policy with the latest checkpoint's weights, its config, the checkpoint)."""
     cfg = config_from_dict(load_run_config(run_dir))
     ckpt = load_checkpoint(latest_path(run_dir))
     vec = make_vector_env(cfg.env_fn, 1, cfg.env, autoreset=False)

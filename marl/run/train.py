@@ -9,14 +9,9 @@ Without arguments it is the demo: MAPPO on the small multisearch preset for
 ``DEMO_MAX_TIME`` seconds on the CPU, then the evaluation table next to the scripted heuristic
 and the random policy, plots and a GIF.
 
-Algorithms are looked up in :data:`ALGORITHMS` (name -> ``"module:Class"``, imported lazily).
-An algorithm class is built as ``cls(cfg, ctx, device)`` and provides:
-
-- ``policy`` (:class:`marl.policies.MultiAgentPolicy`) for evaluation and GIFs;
-- ``iteration(progress: float) -> dict`` one collect + update; returns metrics including
-  ``env_steps_delta`` (this rank's env steps) and, optionally, ``last_advantages``-style
-  attributes for plots;
-- ``state_dict()`` / ``load_state_dict(d)`` (models, optimisers, statistics, env state).
+Algorithms are looked up in :data:`marl.algos.ALGORITHMS` (name -> class); each implements
+:class:`marl.algos.base.Algorithm` (``iteration``, ``state_dict``, ``load_state_dict``,
+``policy``, ``layout``) and declares its options in its ``config_class``.
 
 The loop here is algorithm-agnostic: schedules, time budget, logging, checkpoints, signals,
 evaluation, plots. Distributed (torchrun): every rank runs the loop; only rank 0 writes.
@@ -31,14 +26,20 @@ import random
 import shutil
 import signal
 import sys
+import threading
 import time
 from typing import Any
 
 import numpy as np
 import torch
 import yaml
+from tqdm import tqdm
 
+from marl.algos import ALGORITHMS, Algorithm, register_algorithm
+from marl.collect import evaluate_episodes
 from marl.core.losses import NonFiniteError
+from marl.envapi import make_vector_env
+from marl.run import distributed
 from marl.run.checkpoint import (
     latest_path,
     load_checkpoint,
@@ -46,51 +47,32 @@ from marl.run.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from marl.run.config import DEMO_MAX_TIME, ConfigError, TrainConfig, config_to_dict, parse_cli
-from marl.run.runlog import RunLogger
+from marl.run.config import DEMO_MAX_TIME, BaseConfig, ConfigError, config_to_dict, parse_cli
+from marl.run.evaluate import evaluate_policy, format_table, record_episode
+from marl.run.plots import plot_advantage_histograms, plot_learning_curves, write_gif
+from marl.run.runlog import RunLogger, read_metrics
 
 __all__ = ["ALGORITHMS", "register_algorithm", "get_algorithm", "train", "main"]
 
-#: algorithm name -> "module:Class" (imported on first use)
-ALGORITHMS: dict[str, str] = {"mappo": "marl.algos.mappo:MAPPO", "grpo": "marl.algos.grpo:GRPO"}
 
-
-def register_algorithm(name: str, target: str | type) -> None:
-    """Register an algorithm class (or ``"module:Class"``) under ``name``."""
-    ALGORITHMS[name] = target  # type: ignore[assignment]
-
-
-def get_algorithm(name: str) -> type:
+def get_algorithm(name: str) -> type[Algorithm]:
+    """The algorithm class registered as ``name``."""
     if name not in ALGORITHMS:
         raise ConfigError(f"--algo: unknown algorithm {name!r}; allowed: {', '.join(ALGORITHMS)}")
-    target = ALGORITHMS[name]
-    if not isinstance(target, str):
-        return target
-    module_name, cls_name = target.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"--algo {name}: cannot import {module_name} ({exc})") from exc
-    return getattr(module, cls_name)
+    return ALGORITHMS[name]
 
 
-def _init_distributed(cfg: TrainConfig):
-    try:
-        from marl.run.distributed import init_distributed
-    except ImportError:
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            raise RuntimeError("WORLD_SIZE > 1 but marl.run.distributed is not available") from None
-        return None
+def _init_distributed(cfg: BaseConfig) -> distributed.DistContext:
     device = cfg.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    return init_distributed(device=device)
+    return distributed.init_distributed(device=device)
 
 
 class _Budget:
     """Progress in [0, 1]: the larger of step progress and time progress."""
 
-    def __init__(self, cfg: TrainConfig) -> None:
+    def __init__(self, cfg: BaseConfig) -> None:
         self.total_steps = cfg.total_steps
         self.max_time = cfg.max_time
         if self.total_steps is None and self.max_time is None:
@@ -111,15 +93,13 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _default_run_dir(cfg: TrainConfig) -> str:
+def _default_run_dir(cfg: BaseConfig) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return os.path.join("runs", f"{cfg.algo}-{cfg.backbone}-{stamp}")
 
 
-def _check_env(cfg: TrainConfig) -> None:
+def _check_env(cfg: BaseConfig) -> None:
     """Build one env with the configured kwargs so that bad env arguments fail before work."""
-    from marl.collect import make_vector_env
-
     try:
         vec = make_vector_env(cfg.env_fn, 1, cfg.env)
     except (TypeError, ValueError) as exc:
@@ -135,63 +115,40 @@ def _write_json(path: str, obj: Any) -> None:
     os.replace(path + ".tmp", path)
 
 
-def _baseline_rows(cfg: TrainConfig, seeds: list[int]) -> dict[str, dict[str, Any]]:
-    """Heuristic and random baselines from envs.baselines (multisearch only); {} otherwise."""
+def _baseline_rows(cfg: BaseConfig, seeds: list[int]) -> dict[str, dict[str, Any]]:
+    """The scripted heuristic and the random policy of the env's package (``envs.baselines``
+    for multisearch), evaluated by the same loop as the trained policy; {} when the env's
+    package has none."""
     module_name = cfg.env_fn.split(":")[0]
     try:
         baselines = importlib.import_module(module_name.rsplit(".", 1)[0] + ".baselines")
-        evaluate = baselines.evaluate_policy
+        policies = {"heuristic": baselines.HeuristicPolicy(), "random": baselines.RandomPolicy(0)}
     except (ImportError, AttributeError):
         return {}
     rows = {}
-    for name in ("heuristic", "random"):
+    for name, policy in policies.items():
         try:
-            res = evaluate(name, seeds=seeds, **cfg.env)
+            vec = make_vector_env(cfg.env_fn, len(seeds), cfg.env, autoreset=False)
+            rows[name] = evaluate_episodes(policy, vec, seeds)
         except Exception as exc:  # noqa: BLE001 - baselines are a courtesy, never fatal
-            print(f"[marl.run.train] baseline {name!r} not evaluated: {exc}", file=sys.stderr)
-            continue
-        rows[name] = _normalise_baseline(res)
+            print(f"[marl.train] baseline {name!r} not evaluated: {exc}", file=sys.stderr)
     return rows
 
 
-def _normalise_baseline(res: Any) -> dict[str, Any]:
-    if not isinstance(res, dict):
-        return {}
-    alias = {
-        "success_rate": ("success_rate", "success"),
-        "solved_rate": ("solved_rate", "solved"),
-        "mean_return": ("mean_return", "return"),
-        "coverage": ("coverage",),
-        "episode_length": ("episode_length", "steps", "length"),
-    }
-    out = {}
-    for key, names in alias.items():
-        for n in names:
-            if n in res and isinstance(res[n], (int, float)):
-                out[key] = float(res[n])
-                break
-    return out
-
-
-def _finish(algo, cfg: TrainConfig, run_dir: str, rows: list[dict] | None) -> dict[str, Any]:
+def _finish(algo, cfg: BaseConfig, run_dir: str, rows: list[dict] | None) -> dict[str, Any]:
     """Final evaluation, eval.json, plots, GIF and the table (rank 0)."""
-    from marl.run.evaluate import evaluate_policy, format_table, record_episode
-
     seeds = list(range(cfg.eval_seed, cfg.eval_seed + cfg.eval_episodes))
     result = evaluate_policy(
         algo.policy, cfg.env_fn, cfg.env, seeds, deterministic=cfg.eval_deterministic
     )
     _write_json(os.path.join(run_dir, "eval.json"), result)
     if cfg.plots:
-        from marl.run.plots import plot_advantage_histograms, plot_learning_curves
-        from marl.run.runlog import read_metrics
-
         metrics_rows = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
         title = f"{cfg.algo} / {cfg.backbone} / seed {cfg.seed}"
         plot_learning_curves(
             metrics_rows, os.path.join(run_dir, "plots", "learning_curves.png"), title
         )
-        adv = getattr(algo, "last_advantages", None)
+        adv = algo.last_advantages
         if adv:
             plot_advantage_histograms(
                 adv,
@@ -199,8 +156,6 @@ def _finish(algo, cfg: TrainConfig, run_dir: str, rows: list[dict] | None) -> di
                 f"last update, whitening={cfg.whitening}",
             )
     if cfg.gif:
-        from marl.run.plots import write_gif
-
         try:
             frames = record_episode(
                 algo.policy, cfg.env_fn, cfg.env, seeds[0], deterministic=cfg.eval_deterministic
@@ -219,11 +174,11 @@ def _finish(algo, cfg: TrainConfig, run_dir: str, rows: list[dict] | None) -> di
     return result
 
 
-def train(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any] | None:
+def train(cfg: BaseConfig, *, resume: bool = False) -> dict[str, Any] | None:
     """Run training as configured; returns the final evaluation (None if interrupted)."""
     ctx = _init_distributed(cfg)
-    is_main = ctx is None or ctx.is_main
-    world = 1 if ctx is None else ctx.world_size
+    is_main = ctx.is_main
+    world = ctx.world_size
     # default: up to 2 threads per process, the cores shared among torchrun's local ranks
     local_world = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     threads = cfg.torch_threads or max(1, min(2, (os.cpu_count() or 1) // local_world))
@@ -254,7 +209,7 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any] | None:
         with open(os.path.join(run_dir, "config.yaml.tmp"), "w") as fh:
             yaml.safe_dump(config_to_dict(cfg), fh, sort_keys=False)
         os.replace(os.path.join(run_dir, "config.yaml.tmp"), os.path.join(run_dir, "config.yaml"))
-    seed = cfg.seed if ctx is None else ctx.seed_offset(cfg.seed)
+    seed = ctx.seed_offset(cfg.seed)
     _seed_everything(seed)
     algo = algo_cls(cfg, ctx, device)
     update, env_steps, elapsed_before = 0, 0, 0.0
@@ -268,7 +223,7 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any] | None:
             _seed_everything(seed + update)
     budget = _Budget(cfg)
     logger = RunLogger(run_dir, enabled=is_main, resume_update=update if resume else None)
-    agents = len(getattr(getattr(algo, "layout", None), "agents", ())) or 1
+    agents = algo.layout.n_agents
 
     def save(path_update: int) -> None:
         if not is_main:
@@ -296,8 +251,6 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any] | None:
     old_handler = signal.signal(signal.SIGINT, on_sigint) if _main_thread() else None
     bar = None
     if is_main and cfg.progress:
-        from tqdm import tqdm
-
         bar = tqdm(
             total=1000,
             desc=f"{cfg.algo}",
@@ -313,19 +266,10 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any] | None:
         while True:
             elapsed = elapsed_before + time.perf_counter() - t_start
             progress = budget.progress(env_steps, elapsed)
-            if ctx is not None and ctx.enabled:  # every rank takes rank 0's decision
-                from marl.run.distributed import broadcast_object
-
-                progress = float(broadcast_object(progress, ctx))
+            if ctx.enabled:  # every rank takes rank 0's decision
+                progress = float(distributed.broadcast_object(progress, ctx))
             if progress >= 1.0:
                 break
-            if hasattr(algo, "collect_ahead"):
-                # no rollout collected ahead into a checkpoint or past the step budget (it is
-                # kept in the checkpoint when it happens, e.g. at a time limit or Ctrl-C)
-                next_steps = env_steps + cfg.num_envs * cfg.rollout_steps * world
-                algo.collect_ahead = (update + 1) % cfg.checkpoint_every != 0 and (
-                    cfg.total_steps is None or next_steps < cfg.total_steps
-                )
             t_iter = time.perf_counter()
             metrics = algo.iteration(min(progress, 1.0))
             delta = int(metrics.pop("env_steps_delta")) * world
@@ -342,8 +286,6 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any] | None:
             }
             row.update(metrics)
             if is_main and cfg.eval_every and update % cfg.eval_every == 0:
-                from marl.run.evaluate import evaluate_policy
-
                 seeds = list(range(cfg.eval_seed, cfg.eval_seed + cfg.eval_episodes))
                 res = evaluate_policy(
                     algo.policy, cfg.env_fn, cfg.env, seeds, deterministic=cfg.eval_deterministic
@@ -372,11 +314,9 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any] | None:
                 bar.refresh()
             if update % cfg.checkpoint_every == 0:
                 save(update)
-            if ctx is not None and ctx.enabled:  # stop together if any rank was interrupted
-                from marl.run.distributed import all_reduce_sum
-
+            if ctx.enabled:  # stop together if any rank was interrupted
                 flag = torch.tensor([float(stop["flag"])], device=ctx.device)
-                stop["flag"] = bool(all_reduce_sum(flag, ctx).item() > 0)
+                stop["flag"] = bool(distributed.all_reduce_sum(flag, ctx).item() > 0)
             if stop["flag"]:
                 interrupted = True
                 break
@@ -401,16 +341,12 @@ def train(cfg: TrainConfig, *, resume: bool = False) -> dict[str, Any] | None:
             )
         return None
     result = _finish(algo, cfg, run_dir, None) if is_main else None
-    if ctx is not None and ctx.enabled:
-        from marl.run.distributed import shutdown
-
-        shutdown(ctx)
+    if ctx.enabled:
+        distributed.shutdown(ctx)
     return result
 
 
 def _main_thread() -> bool:
-    import threading
-
     return threading.current_thread() is threading.main_thread()
 
 

@@ -1,0 +1,415 @@
+"""What every algorithm shares: the configuration base class and the Algorithm interface.
+
+Each algorithm is a class (``MAPPO``, ``GRPO``) with its own configuration dataclass derived
+from :class:`BaseConfig` (as BenchMARL pairs each algorithm with its config). A field that an
+algorithm's config class does not declare does not apply to that algorithm: that is the one
+rule, stated by the classes themselves (:func:`marl.run.config.parse_cli` turns it into the
+error "--value-epochs does not apply to --algo grpo").
+
+Rules *between* options of one algorithm (``--alpha`` applies only with
+``--whitening team_individual``, ...) are :meth:`BaseConfig.option_rules`.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from marl.core.advantages import Schedule, constant, linear_decay
+from marl.core.whitening import GROUPING_SCHEMES, SCHEMES, AdvantageWhitener
+from marl.policies import AgentLayout, MultiAgentPolicy
+
+__all__ = [
+    "ConfigError",
+    "BaseConfig",
+    "Algorithm",
+    "config_field",
+    "whitener_from_config",
+    "penalty_schedule",
+    "DEMO_MAX_TIME",
+]
+
+#: Wall-clock budget used when neither --total-steps nor --max-time is given (the demo).
+DEMO_MAX_TIME = 180.0
+
+BACKBONES = ("mlp", "gru", "mamba", "mamba2")
+ACTIVATIONS = ("tanh", "relu")
+PENALTY_CHANNELS = ("individual", "none")
+PENALTY_SCHEDULES = ("none", "constant", "linear")
+LR_SCHEDULES = ("constant", "linear")
+DEVICES = ("cpu", "cuda", "auto")
+RECIPE_NAMES = ("default", "baseline", "calibrated")
+
+
+class ConfigError(ValueError):
+    """An unknown option or an invalid value in the training configuration."""
+
+
+def config_field(default: Any, help: str, **metadata: Any) -> Any:  # noqa: A002 - argparse's
+    """A dataclass field carrying its CLI help text (and ``choices``) in its metadata."""
+    if isinstance(default, dict | list):
+        return field(
+            default_factory=lambda d=default: type(d)(d), metadata={"help": help, **metadata}
+        )
+    return field(default=default, metadata={"help": help, **metadata})
+
+
+_f = config_field
+
+
+def _check(cond: bool, name: str, value: Any, allowed: str) -> None:
+    if not cond:
+        raise ConfigError(
+            f"--{name.replace('_', '-')}: invalid value {value!r}; allowed: {allowed}"
+        )
+
+
+@dataclass
+class BaseConfig:
+    """Fields shared by every algorithm; each field is also a ``--field-name`` flag.
+
+    ``BaseConfig(algo=NAME, **fields)`` builds the config of the algorithm whose config class
+    has ``algo_name == NAME`` (default mappo); a field that class does not declare raises
+    :class:`ConfigError` (``--value-clip does not apply to --algo grpo``).
+    """
+
+    #: the algorithm's registry name (set by each subclass)
+    algo_name: ClassVar[str] = ""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> BaseConfig:
+        if cls is BaseConfig:
+            cls = BaseConfig.for_algo(kwargs.get("algo", "mappo"))
+        own = set(cls.field_names())
+        for name in kwargs:
+            if name not in own:
+                owners = [c.algo_name for c in _config_classes() if name in c.field_names()]
+                if not owners:
+                    known = sorted({n for c in _config_classes() for n in c.field_names()})
+                    raise ConfigError(
+                        f"unknown config key {name!r}; known keys: {', '.join(known)}"
+                    )
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} does not apply to --algo {cls.algo_name}: it "
+                    f"is an option of --algo {' / '.join(owners)} only; remove it or change "
+                    "--algo"
+                )
+        return super().__new__(cls)
+
+    @staticmethod
+    def for_algo(algo: str) -> type[BaseConfig]:
+        """The config class of algorithm ``algo`` (a subclass with that ``algo_name``)."""
+        matches = [cls for cls in _config_classes() if cls.algo_name == algo]
+        if matches:
+            return matches[-1]  # the latest definition (a module loaded again redefines it)
+        names = ", ".join(c.algo_name for c in _config_classes())
+        raise ConfigError(f"--algo: invalid value {algo!r}; allowed: {names}")
+
+    # ---- run -------------------------------------------------------------------------------
+    algo: str = _f("mappo", "Algorithm.")
+    recipe: str = _f(
+        "default",
+        "Preset of objective settings: 'calibrated' = value clip 0.1, 4 value epochs, batch "
+        "whitening then clip 5.0, entropy 0.01, optimism offset 0.5; 'baseline' = plain batch "
+        "whitening only (no value clip/norm, no entropy, no grad clip); 'default' = the fields' "
+        "defaults. An algorithm takes the parts that apply to it; explicit flags/YAML keys "
+        "override recipe values.",
+        choices=RECIPE_NAMES,
+    )
+    seed: int = _f(0, "Base seed for torch, numpy and the environments.")
+    total_steps: int | None = _f(
+        None,
+        "Environment steps to train (summed over the vector envs: one step of E envs counts E). "
+        f"None: until --max-time (when both are None: max_time={DEMO_MAX_TIME:g}s, the demo).",
+    )
+    max_time: float | None = _f(
+        None, "Wall-clock training budget in seconds (then evaluate as at a normal end)."
+    )
+    run_dir: str | None = _f(None, "Run directory (default runs/<algo>-<backbone>-<timestamp>).")
+    device: str = _f(
+        "cpu", "Torch device for the update ('auto': cuda when available).", choices=DEVICES
+    )
+    torch_threads: int = _f(
+        1,
+        "torch intra-op threads (0: min(2, cpu count)). 1 is fastest for these small networks "
+        "and robust on shared machines (more threads spin and contend).",
+    )
+    progress: bool = _f(True, "Show a tqdm progress bar with key figures.")
+    # ---- environment -----------------------------------------------------------------------
+    env_fn: str = _f(
+        "envs.multisearch_v0:vector_env",
+        "'module:function' building the vector env (docs/CONTRACTS.md section 1).",
+    )
+    env: dict = _f(
+        {}, "Environment keyword arguments (YAML 'env:' mapping; CLI '--env.KEY VALUE')."
+    )
+    num_envs: int = _f(64, "Number of vectorised environments E.")
+    # ---- model -----------------------------------------------------------------------------
+    backbone: str = _f("mlp", "Actor backbone (seqmodels.backbones).", choices=BACKBONES)
+    hidden_dim: int = _f(64, "Actor backbone width.")
+    activation: str = _f(
+        "relu",
+        "Hidden activation of the mlp/gru actor backbones and of the centralised critic's MLP "
+        "(the mamba/mamba2 blocks keep their own SiLU).",
+        choices=ACTIVATIONS,
+    )
+    # ---- policy optimisation ---------------------------------------------------------------
+    lr: float = _f(1e-3, "Actor learning rate (Adam).")
+    lr_schedule: str = _f("constant", "Learning-rate schedule.", choices=LR_SCHEDULES)
+    epochs: int = _f(4, "Policy epochs per update.")
+    num_minibatches: int = _f(4, "Minibatches per epoch.")
+    clip_low: float = _f(0.2, "Ratio clip below 1: ratio >= 1 - clip_low.")
+    clip_high: float = _f(0.2, "Ratio clip above 1: ratio <= 1 + clip_high (clip-higher).")
+    dual_clip: float | None = _f(
+        None, "Dual-clip constant c > 1 bounding the loss for negative advantages (None: off)."
+    )
+    ent_coef: float = _f(0.01, "Entropy bonus coefficient.")
+    ent_coef_final: float | None = _f(
+        None, "Entropy coefficient at the end, annealed linearly (None: constant)."
+    )
+    optimism_offset: float | None = _f(
+        None,
+        "Learnable optimism offset b, initial value (A' = A + b, b trained to minimise "
+        "mean(A')^2; None: off).",
+    )
+    max_grad_norm: float | None = _f(10.0, "Gradient-norm clip (None: off).")
+    parallel_update: bool = _f(
+        True,
+        "Run the independent parts of an update in threads on separate cores: each agent "
+        "type's actor forward/backward side by side (mlp and gru backbones), and (MAPPO) the "
+        "critic's value epochs alongside the policy epochs. Identical results either way (the "
+        "parts are combined in a fixed order; the critic's minibatch order is drawn before "
+        "the policy's). Distributed runs keep the parts in order, so that collectives match.",
+    )
+    # ---- advantages and whitening ----------------------------------------------------------
+    whitening: str = _f(
+        "team_individual", "Advantage whitening scheme (marl.whitening).", choices=SCHEMES
+    )
+    alpha: float = _f(0.5, "Team weight when mixing whitened team and individual advantages.")
+    whiten_inner: str = _f(
+        "type", "Grouping inside team_individual whitening.", choices=GROUPING_SCHEMES
+    )
+    chunk_size: int = _f(64, "Chunk size for the 'chunk' scheme (positions per chunk).")
+    running_momentum: float = _f(0.99, "EMA momentum for 'running_ema'.")
+    adv_clip: float | None = _f(None, "Symmetric clip of whitened advantages (None: off).")
+    penalty_channel: str = _f(
+        "individual",
+        "Where the penalty reward goes when penalty shaping is off: added to the individual "
+        "channel or dropped ('none').",
+        choices=PENALTY_CHANNELS,
+    )
+    penalty_beta_schedule: str = _f(
+        "none",
+        "Seed 003 penalty shaping A - beta(t) * normalised penalty advantage ('none': off).",
+        choices=PENALTY_SCHEDULES,
+    )
+    penalty_beta: float = _f(0.5, "Penalty shaping beta (initial value for 'linear').")
+    penalty_beta_floor: float = _f(0.1, "Floor of the linear penalty beta schedule.")
+    # ---- evaluation, checkpoints, artifacts ------------------------------------------------
+    eval_every: int = _f(20, "Evaluate on the validation seeds every N updates (0: end only).")
+    eval_episodes: int = _f(32, "Validation episodes (one per validation seed).")
+    eval_seed: int = _f(10_000, "First validation seed (seeds eval_seed .. +eval_episodes-1).")
+    eval_deterministic: bool = _f(False, "Greedy actions in evaluation (False: sample).")
+    checkpoint_every: int = _f(10, "Write checkpoints/latest.pt every N updates.")
+    plots: bool = _f(True, "Write PNG plots at the end.")
+    gif: bool = _f(True, "Write episode.gif of one evaluation episode at the end.")
+    baselines: bool = _f(
+        True, "At the end, print the heuristic and random baselines next to the trained policy."
+    )
+
+    # ---- derived ---------------------------------------------------------------------------
+    @property
+    def is_recurrent(self) -> bool:
+        """Whether the actor backbone carries state (derived from ``backbone``)."""
+        return self.backbone != "mlp"
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def default_of(cls, name: str) -> Any:
+        f = {f.name: f for f in dataclasses.fields(cls)}[name]
+        return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+
+    def option_rules(self) -> list[tuple[str, bool, str]]:
+        """``(field, applies, when it applies)`` for options that apply only with certain
+        values of others: setting one that does not apply is an error, never ignored."""
+        scheme = self.whitening
+        grouped = ("team_individual", "running", "running_ema")
+        return [
+            ("alpha", scheme == "team_individual", "--whitening team_individual"),
+            (
+                "whiten_inner",
+                scheme in grouped,
+                "--whitening team_individual, running or running_ema (their inner grouping)",
+            ),
+            (
+                "chunk_size",
+                scheme == "chunk" or (scheme in grouped and self.whiten_inner == "chunk"),
+                "--whitening chunk, or team_individual/running/running_ema with "
+                "--whiten-inner chunk",
+            ),
+            ("running_momentum", scheme == "running_ema", "--whitening running_ema"),
+            (
+                "penalty_beta",
+                self.penalty_beta_schedule != "none",
+                "--penalty-beta-schedule constant or linear",
+            ),
+            (
+                "penalty_beta_floor",
+                self.penalty_beta_schedule == "linear",
+                "--penalty-beta-schedule linear",
+            ),
+        ]
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the first invalid value and what is allowed."""
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            if choices is not None:
+                value = getattr(self, f.name)
+                _check(value in choices, f.name, value, ", ".join(choices))
+        pos_int = "an integer >= 1"
+        for name in (
+            "num_envs",
+            "hidden_dim",
+            "epochs",
+            "num_minibatches",
+            "chunk_size",
+            "eval_episodes",
+            "checkpoint_every",
+        ):
+            _check(getattr(self, name) >= 1, name, getattr(self, name), pos_int)
+        for name in ("seed", "eval_seed", "eval_every", "torch_threads"):
+            _check(getattr(self, name) >= 0, name, getattr(self, name), "an integer >= 0")
+        if self.total_steps is not None:
+            _check(self.total_steps >= 1, "total_steps", self.total_steps, pos_int + " or none")
+        if self.max_time is not None:
+            _check(
+                math.isfinite(self.max_time) and self.max_time > 0,
+                "max_time",
+                self.max_time,
+                "a number > 0 or none",
+            )
+        _check(math.isfinite(self.lr) and self.lr > 0, "lr", self.lr, "a number > 0")
+        _check(0.0 <= self.alpha <= 1.0, "alpha", self.alpha, "a number in [0, 1]")
+        _check(0.0 < self.clip_low < 1.0, "clip_low", self.clip_low, "a number in (0, 1)")
+        _check(self.clip_high > 0.0, "clip_high", self.clip_high, "a number > 0")
+        if self.dual_clip is not None:
+            _check(self.dual_clip > 1.0, "dual_clip", self.dual_clip, "a number > 1 or none")
+        _check(self.ent_coef >= 0, "ent_coef", self.ent_coef, "a number >= 0")
+        if self.ent_coef_final is not None:
+            _check(self.ent_coef_final >= 0, "ent_coef_final", self.ent_coef_final, ">= 0 or none")
+        for name in ("max_grad_norm", "adv_clip"):
+            v = getattr(self, name)
+            if v is not None:
+                _check(v > 0, name, v, "a number > 0 or none")
+        _check(
+            0.0 < self.running_momentum < 1.0, "running_momentum", self.running_momentum, "(0, 1)"
+        )
+        if self.optimism_offset is not None:
+            _check(
+                math.isfinite(self.optimism_offset),
+                "optimism_offset",
+                self.optimism_offset,
+                "a finite number or none",
+            )
+        _check(self.penalty_beta >= 0, "penalty_beta", self.penalty_beta, "a number >= 0")
+        _check(self.penalty_beta_floor >= 0, "penalty_beta_floor", self.penalty_beta_floor, ">= 0")
+        _check(":" in self.env_fn, "env_fn", self.env_fn, "'module:function'")
+        for key in self.env:
+            _check(
+                isinstance(key, str) and key.isidentifier(), "env", key, "keyword-argument names"
+            )
+
+    def check_option_rules(self, explicit: frozenset[str] | set[str] = frozenset()) -> None:
+        """Reject options that :meth:`option_rules` says do not apply. A field counts as set
+        when named in ``explicit`` (given on the command line, even at its default) or when its
+        value differs from the default."""
+        for name, applies, when in self.option_rules():
+            if applies:
+                continue
+            if name in explicit or getattr(self, name) != self.default_of(name):
+                current = {
+                    "penalty_beta": f"--penalty-beta-schedule {self.penalty_beta_schedule}",
+                    "penalty_beta_floor": f"--penalty-beta-schedule {self.penalty_beta_schedule}",
+                    "value_norm_beta": f"--value-norm {getattr(self, 'value_norm', None)}",
+                }.get(name, f"--whitening {self.whitening}")
+                raise ConfigError(
+                    f"--{name.replace('_', '-')}: has no effect with {current}; it applies only "
+                    f"with {when} (remove it or change that option)"
+                )
+
+
+def _config_classes() -> list[type[BaseConfig]]:
+    """Every algorithm config class (the subclasses of BaseConfig with an ``algo_name``)."""
+    out, todo = [], list(BaseConfig.__subclasses__())
+    while todo:
+        cls = todo.pop(0)
+        todo.extend(cls.__subclasses__())
+        if cls.algo_name:
+            out.append(cls)
+    return out
+
+
+def whitener_from_config(
+    cfg: BaseConfig, *, num_groups: int, distributed: bool, scheme: str | None = None
+) -> AdvantageWhitener:
+    """The advantage whitener the config asks for (``scheme`` overrides ``cfg.whitening``):
+    one place maps the whitening fields to :class:`marl.whitening.AdvantageWhitener`."""
+    return AdvantageWhitener(
+        cfg.whitening if scheme is None else scheme,
+        alpha=cfg.alpha,
+        inner=cfg.whiten_inner,
+        chunk_size=cfg.chunk_size,
+        clip_range=cfg.adv_clip,
+        momentum=cfg.running_momentum,
+        num_groups=num_groups,
+        distributed=distributed,
+    )
+
+
+def penalty_schedule(cfg: BaseConfig) -> Schedule | None:
+    """The penalty-shaping coefficient ``beta(progress)`` the config asks for (None: off)."""
+    if cfg.penalty_beta_schedule == "constant":
+        return constant(cfg.penalty_beta)
+    if cfg.penalty_beta_schedule == "linear":
+        return linear_decay(cfg.penalty_beta, cfg.penalty_beta_floor, 1.0)
+    return None
+
+
+class Algorithm(abc.ABC):
+    """The interface :func:`marl.run.train.train` drives.
+
+    An algorithm is built as ``cls(cfg, ctx, device)`` (``ctx``: a
+    :class:`marl.run.distributed.DistContext` or None) and exposes its ``policy`` and the
+    env's ``layout``.
+    """
+
+    #: registry name (``--algo``)
+    name: ClassVar[str]
+    #: its configuration class
+    config_class: ClassVar[type[BaseConfig]]
+
+    policy: MultiAgentPolicy
+    layout: AgentLayout
+
+    @abc.abstractmethod
+    def iteration(self, progress: float) -> dict[str, float]:
+        """One collect + update at training progress ``progress`` in [0, 1]; returns the
+        update's metrics, including ``env_steps_delta`` (this rank's env steps)."""
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Models, optimisers, statistics and the env state: enough to resume exactly."""
+
+    @abc.abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+
+    #: per agent type, (raw, final) advantages of the last update as flat numpy arrays (for
+    #: the histogram plot); empty before the first update
+    last_advantages: dict[str, tuple[Any, Any]]

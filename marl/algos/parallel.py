@@ -1,0 +1,36 @@
+"""The one concurrency helper of the algorithms: independent jobs side by side in threads.
+
+torch releases the GIL inside its operations, so two jobs that share no tensors (the agent
+types' actors, or the actor and the critic) compute on two cores. The results are the same
+as running the jobs one after another in the given order, provided the jobs draw no random
+numbers (callers draw minibatch orders before starting them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+__all__ = ["side_by_side"]
+
+
+def side_by_side(jobs: list[Callable[[], Any]], *, parallel: bool) -> list[Any]:
+    """Run ``jobs`` (callables without arguments) and return their results in order.
+
+    ``parallel=False``: one after another in this thread (the readable path). ``parallel``:
+    the first job in this thread, the others in worker threads; every job is joined before an
+    error is raised (the first error in job order).
+    """
+    if not parallel or len(jobs) < 2:
+        return [job() for job in jobs]
+    with ThreadPoolExecutor(len(jobs) - 1) as pool:
+        futures = [pool.submit(job) for job in jobs[1:]]
+        try:
+            first = jobs[0]()
+        finally:
+            errors = [f.exception() for f in futures]  # waits for every worker
+    for error in errors:
+        if error is not None:
+            raise error
+    return [first] + [f.result() for f in futures]
