@@ -220,7 +220,7 @@ class MAPPO(Algorithm):
             ctx=ctx,
         )
         self.critic_opt = torch.optim.Adam(
-            self.critic.parameters(), lr=cfg.resolved_critic_lr, eps=1e-5
+            self.critic.parameters(), lr=cfg.resolved_critic_lr, eps=1e-5, fused=True
         )
         self.value_norm_team = self.value_norm_ind = None
         if cfg.value_norm:

@@ -14,6 +14,17 @@ from typing import Any
 
 __all__ = ["side_by_side"]
 
+#: worker threads, started on first use and reused (starting threads for every minibatch
+#: costs more than the small jobs gain)
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="marl-side-by-side")
+    return _POOL
+
 
 def side_by_side(jobs: list[Callable[[], Any]], *, parallel: bool) -> list[Any]:
     """Run ``jobs`` (callables without arguments) and return their results in order.
@@ -24,12 +35,11 @@ def side_by_side(jobs: list[Callable[[], Any]], *, parallel: bool) -> list[Any]:
     """
     if not parallel or len(jobs) < 2:
         return [job() for job in jobs]
-    with ThreadPoolExecutor(len(jobs) - 1) as pool:
-        futures = [pool.submit(job) for job in jobs[1:]]
-        try:
-            first = jobs[0]()
-        finally:
-            errors = [f.exception() for f in futures]  # waits for every worker
+    futures = [_pool().submit(job) for job in jobs[1:]]
+    try:
+        first = jobs[0]()
+    finally:
+        errors = [f.exception() for f in futures]  # waits for every worker
     for error in errors:
         if error is not None:
             raise error

@@ -184,7 +184,9 @@ class PolicyUpdate:
         self.params = list(policy.parameters()) + (
             list(offset.parameters()) if offset is not None else []
         )
-        self.optimizer = torch.optim.Adam(self.params, lr=lr, eps=1e-5)
+        # fused: torch's one-kernel Adam (the same update; about 2x faster than the
+        # per-tensor loop torch uses by default on CPU for these small networks)
+        self.optimizer = torch.optim.Adam(self.params, lr=lr, eps=1e-5, fused=True)
         self.distributed = ctx is not None and ctx.enabled
         # agent types side by side only where their backbones may run in two threads at once
         self.parallel = (
@@ -265,10 +267,14 @@ class PolicyUpdate:
     ) -> dict[str, float]:
         cat = torch.cat
         names = list(batch)
+        # the advantages the surrogate used (with the optimism offset), for where clips bind
+        advantages = cat([batch[k].advantages.reshape(-1) for k in names])
+        if self.offset is not None:
+            advantages = self.offset(advantages)
         stats = ppo_stats(
             cat([parts[k]["logp"].reshape(-1) for k in names]),
             cat([batch[k].old_logp.reshape(-1) for k in names]),
-            cat([batch[k].advantages.reshape(-1) for k in names]),
+            advantages,
             None
             if coef.dual_clip is None
             else cat([parts[k]["dual_active"].reshape(-1) for k in names]),

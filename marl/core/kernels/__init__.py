@@ -1,0 +1,8 @@
+"""Compiled fast paths for :mod:`marl.core`.
+
+Each kernel here accelerates a function whose readable torch implementation lives in the
+module it serves (that implementation is the specification); tests compare the two.
+
+* :mod:`marl.core.kernels.whitening_numba`: fused numba CPU loops for the passes of
+  :func:`marl.core.whitening.whiten` (count and sum, centred sums, apply).
+"""
