@@ -94,6 +94,39 @@ PRESETS: dict[str, dict[str, Any]] = {
         minimap=True,
         minimap_size=8,
     ),
+    # the seeds' regime: reward only for collecting targets and for finishing (team +1 per
+    # target and the completion bonus, the collector's individual +0.5), a small step cost;
+    # no report, exploration, revisit or invalid-action shaping in any channel
+    "sparse": dict(
+        grid_size=20,
+        n_scouts=2,
+        n_rescuers=2,
+        n_targets=5,
+        obstacle_density=0.15,
+        max_cycles=200,
+        scout_view=3,
+        rescuer_view=1,
+        minimap=True,
+        minimap_size=5,
+        reward_report=0.0,
+        reward_explore=0.0,
+        penalty_revisit=0.0,
+        penalty_invalid=0.0,
+        penalty_step=0.01,
+    ),
+    # larger, denser, more agents and targets, tight time: coordination pays
+    "hard": dict(
+        grid_size=28,
+        n_scouts=3,
+        n_rescuers=3,
+        n_targets=9,
+        obstacle_density=0.2,
+        max_cycles=150,
+        scout_view=3,
+        rescuer_view=1,
+        minimap=True,
+        minimap_size=7,
+    ),
     "memory": dict(
         grid_size=24,
         n_scouts=2,
@@ -128,6 +161,7 @@ class MultiSearchConfig:
     rescuer_view: int = 1
     minimap: bool = True
     minimap_size: int = 4
+    route_hint: bool = True
     reward_target: float = 1.0
     reward_complete: float = 1.0
     reward_report: float = 0.2
@@ -214,7 +248,7 @@ class MultiSearchConfig:
         _float("obstacle_density", 0.0, 0.5)
         for name in REWARD_WEIGHT_NAMES:
             _float(name, 0.0 if name.startswith("penalty_") else -math.inf)
-        for name in ("minimap", "strict_actions"):
+        for name in ("minimap", "route_hint", "strict_actions"):
             value = getattr(self, name)
             if not isinstance(value, (bool, np.bool_)):
                 raise ArgumentTypeError(
@@ -654,7 +688,7 @@ def _route_field(n, g, obstacle, seen, target_pos, target_state, dist, queue):
 
 @njit(cache=True)
 def _observe_kernel(
-    envs, n_scouts, max_cycles, minimap, minimap_size,
+    envs, n_scouts, max_cycles, minimap, minimap_size, route_hint,
     obstacle, target_grid, target_pos, target_state, seen, visited, block_seen, block_cells,
     agent_pos, t, n_collected, n_seen_free, views, block_of, code, route_dist, route_key,
     obs_scout, obs_rescuer, mask_scout, mask_rescuer,
@@ -696,7 +730,7 @@ def _observe_kernel(
                     team_map[mm + br * m + bc] = block_seen[n, br, bc] / block_cells[br, bc]
                     seen_obstacles += block_seen[n, br, bc]
             stale = route_key[n, 0] != state_sum or route_key[n, 1] != seen_obstacles
-            if any_reported and stale:
+            if route_hint and any_reported and stale:
                 _route_field(n, g, obstacle, seen, target_pos, target_state, route_dist, queue)
                 route_key[n, 0] = state_sum
                 route_key[n, 1] = seen_obstacles
@@ -741,7 +775,7 @@ def _observe_kernel(
                 out[base] = 0.0
                 out[base + 1] = 0.0
                 out[base + 2] = 0.0
-                here = route_dist[n, pr, pc] if any_reported else -1
+                here = route_dist[n, pr, pc] if any_reported and route_hint else -1
                 if here >= 0:
                     out[base + 2] = 1.0
                 if here > 0:  # the first move one step closer, in action order
@@ -850,7 +884,7 @@ class MultiSearchCore:
         self._weights = config.weights()
         self.all_envs = np.arange(n, dtype=np.int64)
         # route lengths to the nearest reported target (minimap only), cached per env
-        rg = g if config.minimap else 1
+        rg = g if config.minimap and config.route_hint else 1
         self.route_dist = np.full((n, rg, rg), -1, dtype=np.int32)
         self.route_key = np.full((n, 2), -1, dtype=np.int64)
 
@@ -989,6 +1023,7 @@ class MultiSearchCore:
             cfg.max_cycles,
             cfg.minimap,
             cfg.minimap_size,
+            cfg.route_hint,
             self.obstacle,
             self.target_grid,
             self.target_pos,

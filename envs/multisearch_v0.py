@@ -600,6 +600,14 @@ class MultiSearchVectorEnv(_SpacesAndLimits):
             state[idx] = final_state
         return state
 
+    def search_sets(self) -> list[frozenset[int]]:
+        """Per env, the cells (flat index ``row * grid_size + col``) that any agent of the team
+        stood on in the current episode (with ``autoreset=False``, the finished one): the sets
+        whose mean pairwise Jaccard distance over episodes from the same reset seed is the
+        search-diversity metric (:mod:`envs.diversity`)."""
+        visited = self._core.visited.reshape(self.num_envs, -1)
+        return [frozenset(np.flatnonzero(row).tolist()) for row in visited]
+
     def render(self, index: int = 0) -> np.ndarray | str | None:
         """Render env ``index`` in ``render_mode`` (rgb_array when render_mode is None)."""
         if not 0 <= index < self.num_envs:

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from envs.diversity import grouped_pairwise_jaccard
 from marl.envapi import VectorEnv, make_vector_env, resolve_env_fn
 from marl.policies import AgentLayout, MultiAgentPolicy, neg_gumbel_noise
 
@@ -48,6 +49,7 @@ __all__ = [
     "group_ids_for",
     "evaluate_episodes",
     "PolicyActor",
+    "BaselineActor",
     "EVAL_KEYS",
 ]
 
@@ -580,14 +582,28 @@ EVAL_KEYS = {
     "episode_length": "episode_length",
 }
 
-#: ``act(obs, vec) -> actions``: env observations to env actions (dict agent -> int array)
-ActFn = Callable[[Mapping[str, Any], VectorEnv], dict[str, np.ndarray]]
+#: ``act(obs, vec, active) -> actions``: env observations to env actions (dict agent -> int
+#: array [N]); ``active [N]`` bool marks the envs whose episode is still running
+ActFn = Callable[[Mapping[str, Any], VectorEnv, np.ndarray], dict[str, np.ndarray]]
+
+
+class BaselineActor:
+    """A scripted policy called as ``policy(obs, vec)`` (envs.baselines' convention) as an
+    :data:`ActFn`."""
+
+    def __init__(self, policy: Callable[[Mapping[str, Any], Any], dict[str, Any]]) -> None:
+        self.policy = policy
+
+    def __call__(
+        self, obs: Mapping[str, Any], vec: VectorEnv, active: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        return self.policy(obs, vec)
 
 
 class PolicyActor:
-    """A trained :class:`MultiAgentPolicy` as an ``act(obs, vec)`` function for
-    :func:`evaluate_episodes`: it carries the recurrent state of ``num_envs`` envs from their
-    first step on (a fresh actor per set of episodes)."""
+    """A trained :class:`MultiAgentPolicy` as an :data:`ActFn`: it carries the recurrent
+    state of ``num_envs`` envs from their first step on (a fresh actor per set of episodes)
+    and sums the policy's entropy over the agents' steps in running episodes."""
 
     def __init__(
         self,
@@ -606,43 +622,64 @@ class PolicyActor:
         self.generator.manual_seed(int(seed))
         self.state = policy.initial_state(num_envs)
         self.first = True
+        self.entropy_sum, self.entropy_count = 0.0, 0
 
     @torch.no_grad()
-    def __call__(self, obs: Mapping[str, Any], vec: VectorEnv) -> dict[str, np.ndarray]:
+    def __call__(
+        self, obs: Mapping[str, Any], vec: VectorEnv, active: np.ndarray
+    ) -> dict[str, np.ndarray]:
         obs_t, mask_t = self.batcher(obs)
         reset = torch.full((self.num_envs,), self.first, dtype=torch.bool, device=self.device)
-        actions, _, self.state = self.policy.act(
-            obs_t,
-            mask_t,
-            self.state,
-            reset,
-            deterministic=self.deterministic,
-            generator=self.generator,
-        )
+        running = torch.from_numpy(np.asarray(active, bool)).to(self.device)
+        actions = {}
+        for name, actor in self.policy.actors.items():
+            dist, self.state[name] = actor.step(obs_t[name], mask_t[name], self.state[name], reset)
+            if self.deterministic:
+                actions[name] = dist.mode()
+            else:
+                actions[name] = dist.sample(self.generator)
+            entropy = dist.entropy()  # [E, n_k]
+            self.entropy_sum += float(entropy[running].sum())
+            self.entropy_count += int(running.sum()) * entropy.shape[1]
         self.first = False
         return self.batcher.actions_to_env(actions)
 
+    @property
+    def mean_entropy(self) -> float | None:
+        """The policy's mean per-step entropy over the agent-steps it acted in running
+        episodes (nats); None before any."""
+        return self.entropy_sum / self.entropy_count if self.entropy_count else None
 
-def evaluate_episodes(act: ActFn, vec: VectorEnv, seeds: Sequence[int]) -> dict[str, Any]:
-    """Run one episode per seed (env i of ``vec``, built with ``autoreset=False`` and
-    ``num_envs = len(seeds)``, reset with ``seeds[i]``) and summarise: the mean of each
-    :data:`EVAL_KEYS` figure over the episodes (None when the env does not report it),
-    ``n_episodes``, ``seeds``. The one evaluation loop: the trainer's evaluations, ``python -m
-    marl.evaluate`` and the baselines printed next to them all go through it."""
+
+def evaluate_episodes(
+    act: ActFn, vec: VectorEnv, seeds: Sequence[int], *, repeats: int = 1
+) -> dict[str, Any]:
+    """Run ``repeats`` episodes per seed (env ``r * len(seeds) + i`` of ``vec``, built with
+    ``autoreset=False`` and ``num_envs = repeats * len(seeds)``, reset with ``seeds[i]``) and
+    summarise: the mean of each :data:`EVAL_KEYS` figure over the first episode of every seed
+    (one per seed, ``n_episodes``; None when the env does not report it), and
+    ``search_diversity`` (with ``repeats >= 2`` and an env that offers
+    ``search_sets()``: the mean over seeds of the mean pairwise Jaccard distance between the
+    sets its episodes searched, :mod:`envs.diversity`; else None), ``n_episodes``,
+    ``seeds``. The one evaluation loop: the trainer's evaluations, ``python -m marl.evaluate``
+    and the baselines printed next to them all go through it."""
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds must not be empty")
-    n = len(seeds)
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    reset_seeds = seeds * repeats
+    n = len(reset_seeds)
     if int(vec.num_envs) != n:
-        raise ValueError(f"vec.num_envs={vec.num_envs} but {n} seeds")
+        raise ValueError(f"vec.num_envs={vec.num_envs} but {len(seeds)} seeds x {repeats}")
     agents = list(vec.possible_agents)
     tracker = EpisodeTracker(n, len(agents))
-    obs, _ = vec.reset(seed=seeds)
+    obs, _ = vec.reset(seed=reset_seeds)
     finished = np.zeros(n, bool)
     records: list[dict[str, float] | None] = [None] * n
     limit = int(getattr(vec, "max_cycles", 100_000)) + 1
     for _ in range(limit):
-        obs, _, terms, truncs, infos = vec.step(act(obs, vec))
+        obs, _, terms, truncs, infos = vec.step(act(obs, vec, ~finished))
         team, ind, pen = reward_channels(infos, agents)
         done = np.asarray(terms[agents[0]], bool) | np.asarray(truncs[agents[0]], bool)
         newly = done & ~finished
@@ -657,9 +694,14 @@ def evaluate_episodes(act: ActFn, vec: VectorEnv, seeds: Sequence[int]) -> dict[
     if not finished.all():
         raise RuntimeError(f"evaluation episodes did not end within {limit} steps")
     out: dict[str, Any] = {}
+    first = records[: len(seeds)]  # the first episode of each seed
     for name, key in EVAL_KEYS.items():
-        values = [r[key] for r in records if r is not None and key in r]
-        out[name] = float(np.mean(values)) if len(values) == n else None
-    out["n_episodes"] = n
+        values = [r[key] for r in first if r is not None and key in r]
+        out[name] = float(np.mean(values)) if len(values) == len(seeds) else None
+    out["search_diversity"] = None
+    search_sets = getattr(vec, "search_sets", None)
+    if repeats >= 2 and callable(search_sets):
+        out["search_diversity"] = grouped_pairwise_jaccard(search_sets(), reset_seeds)
+    out["n_episodes"] = len(seeds)
     out["seeds"] = seeds
     return out

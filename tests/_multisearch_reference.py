@@ -181,7 +181,7 @@ class ReferenceWorld:
                     reported[min(r // block, m - 1), min(c // block, m - 1)] = 1
             parts.append(reported.ravel())
             parts.append((explored / np.maximum(cells, 1)).ravel())
-            parts.append(self.route_step(a))
+            parts.append(self.route_step(a) if cfg.route_hint else [0.0, 0.0, 0.0])
         return np.concatenate([np.asarray(p, dtype=np.float64) for p in parts])
 
     def route_step(self, a: int) -> list[float]:

@@ -211,6 +211,13 @@ class BaseConfig:
     eval_every: int = _f(20, "Evaluate on the validation seeds every N updates (0: end only).")
     eval_episodes: int = _f(32, "Validation episodes (one per validation seed).")
     eval_seed: int = _f(10_000, "First validation seed (seeds eval_seed .. +eval_episodes-1).")
+    eval_repeats: int = _f(
+        2,
+        "Episodes per validation seed. The figures (success_rate, ...) are those of the first "
+        "episode of each seed; with 2 or more, eval.json and metrics.jsonl also carry "
+        "search_diversity: the mean pairwise Jaccard distance between the team's visited-cell "
+        "sets of episodes from the same seed (0: every episode searched the same cells).",
+    )
     eval_deterministic: bool = _f(False, "Greedy actions in evaluation (False: sample).")
     checkpoint_every: int = _f(10, "Write checkpoints/latest.pt every N updates.")
     plots: bool = _f(True, "Write PNG plots at the end.")
@@ -280,6 +287,7 @@ class BaseConfig:
             "num_minibatches",
             "chunk_size",
             "eval_episodes",
+            "eval_repeats",
             "checkpoint_every",
         ):
             _check(getattr(self, name) >= 1, name, getattr(self, name), pos_int)

@@ -759,6 +759,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ARGS",
         help="Train options for every variant, comma-separated (--common=--backbone=gru).",
     )
+    p.add_argument(
+        "--tasks",
+        metavar="P1,P2,...",
+        help="Run the comparison once per env preset (small,sparse,hard,memory, ...) in "
+        "OUT/<preset>/ (each run gets --env.preset=<preset>), then write a benchmark table "
+        "across tasks: OUT/tasks.md (success / solved IQM with 95%% CIs per task, next to the "
+        "heuristic and random policies) and OUT/plots/performance_profile.png.",
+    )
     p.add_argument("--seeds", type=int, default=5, help="Seeds per variant (default 5).")
     p.add_argument("--first-seed", type=int, default=0, help="Seeds are FIRST..FIRST+K-1.")
     budget = p.add_mutually_exclusive_group()
@@ -825,6 +833,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw_argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(raw_argv)
+    if args.tasks is not None:
+        return _main_tasks(parser, args, raw_argv)
     try:
         spec = build_spec(args)
         if args.no_validate and not args.train_command:
@@ -882,6 +892,54 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"summary: {os.path.join(spec.out, 'summary.json')}")
     n_bad = sum(r["status"] != "finished" for r in records)
     return 1 if n_bad else 0
+
+
+def _main_tasks(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, raw_argv: list[str]
+) -> int:
+    """``--tasks``: one comparison per preset in OUT/<preset>/, then the table across tasks."""
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if not tasks or len(set(tasks)) != len(tasks):
+        parser.exit(
+            2, f"{parser.prog}: error: --tasks needs distinct preset names, got {args.tasks!r}\n"
+        )
+    common = _split_options(args.common or "", "--common")
+    if any(_flag_name(a) == "--env.preset" for a in common):
+        parser.exit(
+            2, f"{parser.prog}: error: --tasks sets --env.preset; remove it from --common\n"
+        )
+    rest = _strip_option(raw_argv, "--tasks")
+    rest = _strip_option(_strip_option(rest, "--out"), "--common")
+    worst = 0
+    for task in tasks:
+        task_common = ",".join([*common, f"--env.preset={task}"])
+        argv = [*rest, f"--out={os.path.join(args.out, task)}", f"--common={task_common}"]
+        print(f"== task {task}: python -m marl.compare {shlex.join(argv)}", flush=True)
+        worst = max(worst, main(argv))
+        if worst == 2:  # a usage error: the other tasks would fail the same way
+            return worst
+    if args.dry_run:
+        return 0
+    from marl.experiments.tasks import write_task_table
+
+    write_task_table(args.out, tasks, plots=not args.no_plots)
+    return worst
+
+
+def _strip_option(argv: list[str], flag: str) -> list[str]:
+    """``argv`` without ``flag`` (as ``flag=V`` or ``flag V``)."""
+    out, skip = [], False
+    for i, token in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if token == flag:
+            skip = i + 1 < len(argv)
+            continue
+        if token.startswith(flag + "="):
+            continue
+        out.append(token)
+    return out
 
 
 if __name__ == "__main__":

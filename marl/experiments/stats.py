@@ -51,6 +51,7 @@ __all__ = [
     "stability_figures",
     "aggregate_stability",
     "verdict",
+    "performance_profiles",
 ]
 
 #: Default number of bootstrap resamples (rliable's paper uses 50k for final figures; 2k
@@ -582,4 +583,38 @@ def aggregate_stability(per_run: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 phase: _mean_or_none([r["advantage"][prefix][stat][phase] for r in per_run])
                 for phase in ("mean", "first_quarter", "last_quarter")
             }
+    return out
+
+
+def performance_profiles(
+    scores: Mapping[str, np.ndarray],
+    thresholds: Sequence[float] | np.ndarray,
+    *,
+    reps: int = DEFAULT_REPS,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+    """rliable's score-distribution performance profiles: per method, the fraction of runs
+    (over every task) whose score exceeds each threshold, with stratified-bootstrap CIs.
+
+    ``scores[name]``: ``[runs, tasks]`` (tasks as strata). Returns ``name -> (profile [K],
+    ci [2, K] or None)`` for ``K`` thresholds; the CI is None with fewer than two runs.
+    """
+    _check_reps_confidence(reps, confidence)
+    rly, _ = _rliable()
+    tau = np.asarray(thresholds, dtype=np.float64)
+    out: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+    for name, values in scores.items():
+        x = np.asarray(values, dtype=np.float64)
+        if x.ndim != 2 or x.shape[0] == 0:
+            raise ValueError(f"scores[{name!r}] must be [runs, tasks], got shape {x.shape}")
+        profile = (x[:, :, None] > tau[None, None, :]).mean(axis=(0, 1))
+        band = None
+        if x.shape[0] >= 2:
+            with seeded_global_rng(derive_seed(seed, "profile", name)):
+                _, cis = rly.create_performance_profile(
+                    {name: x}, tau, reps=int(reps), confidence_interval_size=float(confidence)
+                )
+            band = np.asarray(cis[name], dtype=np.float64)
+        out[name] = (profile, band)
     return out

@@ -4,7 +4,10 @@ Figures (one episode per validation seed, envs without autoreset):
 ``success_rate`` (mean of the env's ``success`` info: fraction of targets collected),
 ``solved_rate`` (mean of ``solved``), ``mean_return`` (mean over episodes of the mean over
 agents of the summed reward), ``coverage``, ``revisit_rate``, ``episode_length``; metrics the env
-does not provide are reported as None.
+does not provide are reported as None. With ``eval_repeats`` >= 2 episodes per seed:
+``search_diversity`` (the mean pairwise Jaccard distance between the team's visited-cell sets
+of episodes from the same seed, ``envs.diversity``); ``entropy`` (the policy's mean per-step
+entropy).
 
 Evaluation samples actions with its own ``torch.Generator`` (seeded from the first validation
 seed) so that it never disturbs the training RNG streams; ``deterministic=True`` takes the
@@ -41,18 +44,20 @@ def evaluate_policy(
     *,
     deterministic: bool = False,
     device: torch.device | str | None = None,
+    repeats: int = 1,
 ) -> dict[str, Any]:
-    """Run one episode per seed (all in one vector env, :func:`marl.collect.evaluate_episodes`)
-    and summarise (see the module doc); ``device``: where observations go (default: the
-    policy's device)."""
+    """Run ``repeats`` episodes per seed (all in one vector env,
+    :func:`marl.collect.evaluate_episodes`) and summarise (see the module doc), with
+    ``entropy``: the policy's mean per-step entropy over the agents' steps (nats);
+    ``device``: where observations go (default: the policy's device)."""
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds must not be empty")
-    vec = make_vector_env(env_fn, len(seeds), env_kwargs, autoreset=False)
+    vec = make_vector_env(env_fn, len(seeds) * repeats, env_kwargs, autoreset=False)
     actor = PolicyActor(
         policy,
         AgentLayout.from_env(vec),
-        len(seeds),
+        len(seeds) * repeats,
         deterministic=deterministic,
         seed=seeds[0],
         device=device,
@@ -60,9 +65,10 @@ def evaluate_policy(
     was_training = policy.training
     policy.eval()
     try:
-        out = evaluate_episodes(actor, vec, seeds)
+        out = evaluate_episodes(actor, vec, seeds, repeats=repeats)
     finally:
         policy.train(was_training)
+    out["entropy"] = actor.mean_entropy
     out["deterministic"] = bool(deterministic)
     return out
 
@@ -118,6 +124,7 @@ def _fmt(v: Any) -> str:
 def format_table(rows: dict[str, dict[str, Any]]) -> str:
     """A plain-text table: one row per policy, columns = the eval figures."""
     cols = ["success_rate", "solved_rate", "mean_return", "coverage", "episode_length"]
+    cols += ["search_diversity"]
     head = f"{'policy':<12}" + "".join(f"{c:>16}" for c in cols)
     lines = [head, "-" * len(head)]
     for name, r in rows.items():
@@ -168,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg.env,
         seeds,
         deterministic=args.deterministic or cfg.eval_deterministic,
+        repeats=cfg.eval_repeats,
     )
     with open(os.path.join(args.run_dir, "eval.json.tmp"), "w") as fh:
         json.dump(result, fh, indent=2)

@@ -36,7 +36,7 @@ import yaml
 from tqdm import tqdm
 
 from marl.algos import ALGORITHMS, Algorithm, register_algorithm
-from marl.collect import evaluate_episodes
+from marl.collect import BaselineActor, evaluate_episodes
 from marl.core.losses import NonFiniteError
 from marl.envapi import make_vector_env
 from marl.run import distributed
@@ -115,21 +115,30 @@ def _write_json(path: str, obj: Any) -> None:
     os.replace(path + ".tmp", path)
 
 
-def _baseline_rows(cfg: BaseConfig, seeds: list[int]) -> dict[str, dict[str, Any]]:
-    """The scripted heuristic and the random policy of the env's package (``envs.baselines``
-    for multisearch), evaluated by the same loop as the trained policy; {} when the env's
-    package has none."""
+def _baseline_policies(cfg: BaseConfig) -> dict[str, Any]:
+    """The env's scripted heuristic and random policies, ``policy(obs, vec)``: from the module
+    named by the env module's ``BASELINES`` attribute, else ``<package>.baselines`` (for
+    ``envs.multisearch_v0``: ``envs.baselines``); {} when there is none."""
     module_name = cfg.env_fn.split(":")[0]
     try:
-        baselines = importlib.import_module(module_name.rsplit(".", 1)[0] + ".baselines")
-        policies = {"heuristic": baselines.HeuristicPolicy(), "random": baselines.RandomPolicy(0)}
+        env_module = importlib.import_module(module_name)
+        name = getattr(env_module, "BASELINES", module_name.rsplit(".", 1)[0] + ".baselines")
+        baselines = importlib.import_module(name)
+        return {"heuristic": baselines.HeuristicPolicy(), "random": baselines.RandomPolicy(0)}
     except (ImportError, AttributeError):
         return {}
+
+
+def _baseline_rows(cfg: BaseConfig, seeds: list[int]) -> dict[str, dict[str, Any]]:
+    """The baselines evaluated by the same loop as the trained policy."""
     rows = {}
-    for name, policy in policies.items():
+    for name, policy in _baseline_policies(cfg).items():
         try:
-            vec = make_vector_env(cfg.env_fn, len(seeds), cfg.env, autoreset=False)
-            rows[name] = evaluate_episodes(policy, vec, seeds)
+            n = len(seeds) * cfg.eval_repeats
+            vec = make_vector_env(cfg.env_fn, n, cfg.env, autoreset=False)
+            rows[name] = evaluate_episodes(
+                BaselineActor(policy), vec, seeds, repeats=cfg.eval_repeats
+            )
         except Exception as exc:  # noqa: BLE001 - baselines are a courtesy, never fatal
             print(f"[marl.train] baseline {name!r} not evaluated: {exc}", file=sys.stderr)
     return rows
@@ -139,7 +148,12 @@ def _finish(algo, cfg: BaseConfig, run_dir: str, rows: list[dict] | None) -> dic
     """Final evaluation, eval.json, plots, GIF and the table (rank 0)."""
     seeds = list(range(cfg.eval_seed, cfg.eval_seed + cfg.eval_episodes))
     result = evaluate_policy(
-        algo.policy, cfg.env_fn, cfg.env, seeds, deterministic=cfg.eval_deterministic
+        algo.policy,
+        cfg.env_fn,
+        cfg.env,
+        seeds,
+        deterministic=cfg.eval_deterministic,
+        repeats=cfg.eval_repeats,
     )
     _write_json(os.path.join(run_dir, "eval.json"), result)
     if cfg.plots:
@@ -288,7 +302,12 @@ def train(cfg: BaseConfig, *, resume: bool = False) -> dict[str, Any] | None:
             if is_main and cfg.eval_every and update % cfg.eval_every == 0:
                 seeds = list(range(cfg.eval_seed, cfg.eval_seed + cfg.eval_episodes))
                 res = evaluate_policy(
-                    algo.policy, cfg.env_fn, cfg.env, seeds, deterministic=cfg.eval_deterministic
+                    algo.policy,
+                    cfg.env_fn,
+                    cfg.env,
+                    seeds,
+                    deterministic=cfg.eval_deterministic,
+                    repeats=cfg.eval_repeats,
                 )
                 last_eval = {
                     f"eval/{k}": v
