@@ -98,16 +98,17 @@ PRESETS: dict[str, dict[str, Any]] = {
     # target and the completion bonus, the collector's individual +0.5), a small step cost;
     # no report, exploration, revisit or invalid-action shaping in any channel
     "sparse": dict(
-        grid_size=20,
+        grid_size=28,
         n_scouts=2,
         n_rescuers=2,
-        n_targets=5,
-        obstacle_density=0.15,
-        max_cycles=200,
+        n_targets=7,
+        obstacle_density=0.2,
+        max_cycles=250,
         scout_view=3,
         rescuer_view=1,
         minimap=True,
-        minimap_size=5,
+        minimap_size=7,
+        route_hint=False,
         reward_report=0.0,
         reward_explore=0.0,
         penalty_revisit=0.0,
@@ -126,6 +127,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         rescuer_view=1,
         minimap=True,
         minimap_size=7,
+        route_hint=False,
     ),
     "memory": dict(
         grid_size=24,

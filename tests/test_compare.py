@@ -216,7 +216,7 @@ def test_study_cli_dry_run(tmp_path: Path, capsys) -> None:
     )
     assert code == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 5 * 2
+    assert len(lines) == 6 * 2
     assert all("--max-time=30" in line and "--torch-threads=" in line for line in lines)
     assert any("calibrated/seed_1 [new]" in line for line in lines)
     assert not (tmp_path / "o").exists()
@@ -368,7 +368,7 @@ def test_calibration_study_reports_the_seed_claim(tmp_path, fake_train, monkeypa
     argv += ["--train-command", fake_train, "--bootstrap-reps", "50", "--no-plots"]
     assert run_main(argv + ["--no-progress"], monkeypatch, tmp_path / "calls.log") == 0
     s = json.loads((out / "summary.json").read_text())
-    assert s["reference"] == "baseline" and len(s["variants"]) == 5
+    assert s["reference"] == "baseline" and len(s["variants"]) == 6
     # fake: success = 0.25 + 0.05 * seed, + 0.1 with --recipe=calibrated
     diff = s["probability_of_improvement"]["calibrated"]["success_rate"]["mean_difference"]
     assert diff["value"] == pytest.approx(0.1)
@@ -405,7 +405,7 @@ def test_killed_compare_resumes_without_redoing_finished_runs(tmp_path, fake_tra
     proc.wait()
     assert (out / "runs" / "a" / "seed_0" / "eval.json").exists()
     assert not (out / "runs" / "b" / "seed_0" / "eval.json").exists()
-    time.sleep(0.5)  # the orphaned run got SIGINT (parent-death signal) and exits
+    time.sleep(0.5)  # the orphaned run got SIGTERM (parent-death signal) and exits
     assert invocations(log) == ["a/seed_0 start", "b/seed_0 start"]
 
     env.pop("FAKE_TRAIN_BLOCK")

@@ -14,8 +14,9 @@ calibration    baseline (``--recipe=baseline``: plain batch whitening), then see
                enabling on top of it: value stabilisation (clipped value loss 0.1, 4 value
                epochs, value normalisation; MAPPO only, GRPO has no critic), + batch
                whitening then clip 5, + entropy bonus 0.01 and asymmetric ratio clip (0.1
-               below, 0.2 above), and the full ``--recipe=calibrated`` (which also has the
-               optimism offset 0.5). Reference: baseline.
+               below, 0.2 above), + the learnable optimism offset b (init 0.5), and the full
+               ``--recipe=calibrated`` (symmetric ratio clip, with the offset). Reference:
+               baseline.
 memory         mlp vs gru vs mamba vs mamba2 backbones on the memory preset of the environment
                (``--env.preset=memory``: no minimap, long episodes). Reference: mlp.
 =============  ================================================================================
@@ -65,11 +66,18 @@ def _whitening(backbone: str, algo: str) -> Study:
 def _calibration(backbone: str, algo: str) -> Study:
     entropy_asym = ["--ent-coef=0.01", "--clip-low=0.1", "--clip-high=0.2"]
     whiten_clip = ["--whitening=batch", "--adv-clip=5.0"]
+    offset = ["--optimism-offset=0.5"]
     if algo == "grpo":  # no critic: the value-stabilisation stage does not exist
         variants = {
             "baseline": ["--recipe=baseline"],
             "whiten_clip": ["--recipe=baseline", *whiten_clip],
             "whiten_clip+ent_asym": ["--recipe=baseline", *whiten_clip, *entropy_asym],
+            "whiten_clip+ent_asym+offset": [
+                "--recipe=baseline",
+                *whiten_clip,
+                *entropy_asym,
+                *offset,
+            ],
             "calibrated": ["--recipe=calibrated"],
         }
     else:
@@ -84,6 +92,12 @@ def _calibration(backbone: str, algo: str) -> Study:
             "value_stab": value_stab,
             "value_stab+whiten_clip": [*value_stab, *whiten_clip],
             "value_stab+whiten_clip+ent_asym": [*value_stab, *whiten_clip, *entropy_asym],
+            "value_stab+whiten_clip+ent_asym+offset": [
+                *value_stab,
+                *whiten_clip,
+                *entropy_asym,
+                *offset,
+            ],
             "calibrated": ["--recipe=calibrated"],
         }
     return Study(
