@@ -193,7 +193,8 @@ from typing import Any
 import gymnasium
 import numpy as np
 from pettingzoo import ParallelEnv
-from pettingzoo.utils.conversions import parallel_to_aec, parallel_to_aec_wrapper
+from pettingzoo.utils.conversions import parallel_to_aec_wrapper
+from pettingzoo.utils.wrappers import OrderEnforcingWrapper
 
 from envs._core import (
     N_ACTIONS_RESCUER,
@@ -210,6 +211,7 @@ __all__ = [
     "PRESETS",
     "ArgumentTypeError",
     "MultiSearchConfig",
+    "MultiSearchAECEnv",
     "MultiSearchParallelEnv",
     "MultiSearchVectorEnv",
     "env",
@@ -261,6 +263,20 @@ def _action_error(agent: str, action: Any, n_actions: int, detail: str = "") -> 
         f"invalid action {action!r} ({type(action).__name__}) for agent {agent!r}{detail}: "
         f"allowed are integers in [0, {n_actions - 1}] (Discrete({n_actions}))"
     )
+
+
+def _check_seed(seed: Any) -> None:
+    """``reset(seed=...)`` of the parallel env: None or an int >= 0 (a bool is not a seed)."""
+    if seed is None:
+        return
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be None or an int >= 0, got {seed!r} ({type(seed).__name__})")
+    if seed < 0:
+        raise ValueError(f"seed must be None or an int >= 0, got {seed}")
+
+
+def _is_int_seed(seed: Any) -> bool:
+    return isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_))
 
 
 def _check_action_keys(actions: Any, agents: Sequence[str]) -> None:
@@ -328,6 +344,7 @@ class MultiSearchParallelEnv(_SpacesAndLimits, ParallelEnv):
         self, seed: int | None = None, options: dict | None = None
     ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, dict[str, float]]]:
         """Start an episode. ``options`` is accepted and ignored (no options are defined)."""
+        _check_seed(seed)
         if seed is not None:
             self._rng = np.random.default_rng(seed)
         self._core.reset_envs(np.zeros(1, dtype=np.int64), [self._rng])
@@ -496,22 +513,24 @@ class MultiSearchVectorEnv(_SpacesAndLimits):
         ints seeds each env; None continues each env's stream (fresh entropy the first time).
         ``options`` is accepted and ignored."""
         n = self.num_envs
+        allowed = f"seed must be None, an int >= 0 or a sequence of {n} ints >= 0"
         if seed is None:
             if self._rngs is None:
                 self._rngs = [np.random.default_rng() for _ in range(n)]
-        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        elif _is_int_seed(seed):
             if seed < 0:
-                raise ValueError(f"seed must be >= 0, got {seed}")
+                raise ValueError(f"{allowed}, got {seed}")
             self._rngs = [np.random.default_rng(int(seed) + i) for i in range(n)]
         else:
-            seeds = list(seed)
-            if len(seeds) != n or not all(
-                isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 0
-                for s in seeds
+            if isinstance(seed, (str, bytes, Mapping)) or not isinstance(
+                seed, (Sequence, np.ndarray)
             ):
-                raise ValueError(
-                    f"seed must be None, an int >= 0 or a sequence of {n} ints >= 0, got {seed!r}"
-                )
+                raise ValueError(f"{allowed}, got {seed!r} ({type(seed).__name__})")
+            seeds = list(seed)
+            bad = [s for s in seeds if not (_is_int_seed(s) and s >= 0)]
+            if len(seeds) != n or bad:
+                detail = f"{len(seeds)} entries" if len(seeds) != n else f"entries {bad[:3]!r}"
+                raise ValueError(f"{allowed}, got {detail} in {type(seed).__name__} {seed!r}")
             self._rngs = [np.random.default_rng(int(s)) for s in seeds]
         self._core.reset_envs(self._core.all_envs, self._rngs)
         self._started = True
@@ -631,11 +650,13 @@ class MultiSearchVectorEnv(_SpacesAndLimits):
         _check_action_keys(actions, self.possible_agents)
         n = self.num_envs
         try:
-            # fast path: every agent's actions are integer arrays of shape (n,) in range
-            rows = np.stack([actions[a] for a in self.possible_agents], axis=1)
+            # fast path: every agent's actions are integer arrays of shape (n,) in range (each
+            # checked for an integer dtype: stacking would turn a bool array into integers)
+            arrays = [np.asarray(actions[a]) for a in self.possible_agents]
+            rows = np.stack(arrays, axis=1)
             if (
                 rows.shape == (n, len(self.possible_agents))
-                and rows.dtype.kind in "iu"
+                and all(array.dtype.kind in "iu" for array in arrays)
                 and (rows >= 0).all()
                 and (rows < self._n_actions).all()
             ):
@@ -710,14 +731,38 @@ def parallel_env(**kwargs: Any) -> MultiSearchParallelEnv:
     return MultiSearchParallelEnv(**kwargs)
 
 
-def raw_env(**kwargs: Any) -> parallel_to_aec_wrapper:
+class MultiSearchAECEnv(parallel_to_aec_wrapper):
+    """PettingZoo's ``parallel_to_aec_wrapper`` that checks each agent's action when it is
+    passed: an action outside the agent's space (or a masked one with ``strict_actions``)
+    raises ``ValueError`` at that ``step`` call and changes nothing, so the env keeps working
+    (the wrapper alone stores it and fails only at the last agent's step, then on every step
+    until ``reset``)."""
+
+    def step(self, action: Any) -> None:
+        agent = self.agent_selection
+        if not (self.terminations[agent] or self.truncations[agent]):
+            par = self.env
+            index = par.possible_agents.index(agent)
+            n_actions = int(par._n_actions[index])
+            act = par._to_int(agent, action, n_actions)
+            if par.config.strict_actions and not par._core.legal_action(0, index, act):
+                legal = [x for x in range(n_actions) if par._core.legal_action(0, index, x)]
+                raise ValueError(
+                    f"action {act} for agent {agent!r} is masked (illegal here) and "
+                    f"strict_actions=True: legal actions now are {legal}"
+                )
+        super().step(action)
+
+
+def raw_env(**kwargs: Any) -> MultiSearchAECEnv:
     """The AEC env without PettingZoo's order-enforcing wrapper."""
-    return parallel_to_aec_wrapper(MultiSearchParallelEnv(**kwargs))
+    return MultiSearchAECEnv(MultiSearchParallelEnv(**kwargs))
 
 
 def env(**kwargs: Any) -> Any:
-    """The AEC env (``parallel_to_aec`` of :func:`parallel_env`)."""
-    return parallel_to_aec(MultiSearchParallelEnv(**kwargs))
+    """The AEC env: PettingZoo's order-enforcing wrapper over :class:`MultiSearchAECEnv` (as
+    ``parallel_to_aec`` of :func:`parallel_env` builds it), checking each action as passed."""
+    return OrderEnforcingWrapper(raw_env(**kwargs))
 
 
 def vector_env(num_envs: int, autoreset: bool = True, **kwargs: Any) -> MultiSearchVectorEnv:

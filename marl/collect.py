@@ -94,6 +94,7 @@ class EpisodeTracker:
     """
 
     def __init__(self, num_envs: int, n_agents: int) -> None:
+        self.reward = np.zeros(num_envs)  # sum of the mean over live agents of the rewards
         self.team = np.zeros(num_envs)
         self.individual = np.zeros((num_envs, n_agents))
         self.penalty = np.zeros((num_envs, n_agents))
@@ -106,25 +107,31 @@ class EpisodeTracker:
         done: np.ndarray,
         infos: dict,
         agents: Sequence[str],
+        reward: np.ndarray | None = None,
     ) -> list[dict[str, float]]:
+        """``reward [E]``: this step's mean over live agents of the env's rewards
+        (:func:`live_mean_reward`); None: the channels' sum (team + mean individual + mean
+        penalty), which equals it for an env whose rewards are the sum of its channels."""
+        if reward is None:
+            reward = team + individual.mean(axis=1) + penalty.mean(axis=1)
+        self.reward += reward
         self.team += team
         self.individual += individual
         self.penalty += penalty
         records = []
         if done.any():
-            keys = [k for k in infos[agents[0]] if not k.startswith("reward_")]
+            keys = [k for k in infos[agents[0]] if not k.startswith("reward_") and k != "active"]
             for i in np.flatnonzero(done):
                 rec = {
                     "return_team": float(self.team[i]),
                     "return_individual": float(self.individual[i].mean()),
                     "return_penalty": float(self.penalty[i].mean()),
                 }
-                rec["return"] = (
-                    rec["return_team"] + rec["return_individual"] + rec["return_penalty"]
-                )
+                rec["return"] = float(self.reward[i])
                 for k in keys:
                     rec[k] = float(np.mean([float(np.asarray(infos[a][k])[i]) for a in agents]))
                 records.append(rec)
+            self.reward[done] = 0.0
             self.team[done] = 0.0
             self.individual[done] = 0.0
             self.penalty[done] = 0.0
@@ -132,17 +139,35 @@ class EpisodeTracker:
 
     def state_dict(self) -> dict:
         return {
+            "reward": self.reward.copy(),
             "team": self.team.copy(),
             "individual": self.individual.copy(),
             "penalty": self.penalty.copy(),
         }
 
     def load_state_dict(self, d: dict) -> None:
+        self.reward = d["reward"].copy() if "reward" in d else np.zeros_like(d["team"])
         self.team, self.individual, self.penalty = (
             d["team"].copy(),
             d["individual"].copy(),
             d["penalty"].copy(),
         )
+
+
+def live_mean_reward(
+    rewards: Mapping[str, np.ndarray], infos: Mapping[str, Any], agents: Sequence[str]
+) -> np.ndarray:
+    """``[E]``: the mean over the agents that acted (``infos[a]["active"]``, 1 where absent) of
+    the env's rewards ``rewards[a] [E]``; 0 where none acted."""
+    r = np.stack([np.asarray(rewards[a], np.float64) for a in agents], 1)
+    active = np.stack(
+        [
+            np.broadcast_to(np.asarray(infos[a].get("active", 1.0), np.float64), r.shape[:1])
+            for a in agents
+        ],
+        1,
+    )
+    return (r * active).sum(axis=1) / np.maximum(active.sum(axis=1), 1.0)
 
 
 def reward_channels(
@@ -297,7 +322,7 @@ class RolloutCollector:
                     state_all = torch.empty((T + 1) * E, cur_state.shape[-1], device=dev)
                     state_buf = state_all[: T * E].view(T, E, -1)
                 state_buf[step] = cur_state
-            self.obs, _rew, terms, truncs, infos = self.vec.step(
+            self.obs, rewards, terms, truncs, infos = self.vec.step(
                 self.batcher.actions_to_env(actions)
             )
             team, ind, pen = reward_channels(infos, agents)
@@ -306,7 +331,8 @@ class RolloutCollector:
             tr = np.asarray(truncs[agents[0]], bool) & ~te
             term[step], trunc[step] = te, tr
             done = te | tr
-            episodes.extend(self.tracker.step(team, ind, pen, done, infos, agents))
+            reward = live_mean_reward(rewards, infos, agents)
+            episodes.extend(self.tracker.step(team, ind, pen, done, infos, agents, reward))
             self.episode_start = torch.from_numpy(done.copy()).to(dev)
             if need_state:
                 cur_state = torch.from_numpy(np.asarray(self.vec.state(), np.float32)).to(dev)
@@ -322,11 +348,17 @@ class RolloutCollector:
             all_team, all_ind = value_fn(state_all)
             if final_states:
                 fin_team, fin_ind = value_fn(torch.from_numpy(np.concatenate(final_states)).to(dev))
-                all_team, all_ind = torch.cat([all_team, fin_team]), torch.cat([all_ind, fin_ind])
+                all_team, all_ind = (
+                    torch.cat([all_team, fin_team]),
+                    torch.cat([all_ind, fin_ind]),
+                )
             K = all_team.shape[-1]
             vt = all_team[: T * E].reshape(T, E, K)
             vi = all_ind[: T * E].reshape(T, E, N, K)
-            last_team, last_ind = all_team[T * E : T * E + E], all_ind[T * E : T * E + E]
+            last_team, last_ind = (
+                all_team[T * E : T * E + E],
+                all_ind[T * E : T * E + E],
+            )
             nvt = torch.zeros_like(vt)
             nvi = torch.zeros_like(vi)
             pos = T * E + E
@@ -517,14 +549,18 @@ def collect_group_episodes(
             )
         obs_t, mask_t = batcher(obs)
         actions, logps, state = policy.act(
-            obs_t, mask_t, state, reset if policy.is_recurrent else None, generator=generator
+            obs_t,
+            mask_t,
+            state,
+            reset if policy.is_recurrent else None,
+            generator=generator,
         )
         steps["obs"].append(obs_t)
         steps["mask"].append(mask_t)
         steps["actions"].append(actions)
         steps["logp"].append(logps)
         steps["valid"].append(alive.copy())
-        obs, _rew, terms, truncs, infos = vec.step(batcher.actions_to_env(actions))
+        obs, rewards, terms, truncs, infos = vec.step(batcher.actions_to_env(actions))
         team, ind, pen = reward_channels(infos, agents)
         team, ind, pen = team * alive, ind * alive[:, None], pen * alive[:, None]
         steps["team"].append(team)
@@ -534,7 +570,17 @@ def collect_group_episodes(
         tr = np.asarray(truncs[agents[0]], bool) & ~te
         ended = (te | tr) & alive
         for i, rec in zip(
-            np.flatnonzero(ended), tracker.step(team, ind, pen, ended, infos, agents), strict=True
+            np.flatnonzero(ended),
+            tracker.step(
+                team,
+                ind,
+                pen,
+                ended,
+                infos,
+                agents,
+                live_mean_reward(rewards, infos, agents) * alive,
+            ),
+            strict=True,
         ):
             records[i] = rec
         terminated |= te & ended
@@ -679,13 +725,27 @@ def evaluate_episodes(
     records: list[dict[str, float] | None] = [None] * n
     limit = int(getattr(vec, "max_cycles", 100_000)) + 1
     for _ in range(limit):
-        obs, _, terms, truncs, infos = vec.step(act(obs, vec, ~finished))
+        obs, rewards, terms, truncs, infos = vec.step(act(obs, vec, ~finished))
         team, ind, pen = reward_channels(infos, agents)
         done = np.asarray(terms[agents[0]], bool) | np.asarray(truncs[agents[0]], bool)
         newly = done & ~finished
-        team, ind, pen = team * ~finished, ind * ~finished[:, None], pen * ~finished[:, None]
+        team, ind, pen = (
+            team * ~finished,
+            ind * ~finished[:, None],
+            pen * ~finished[:, None],
+        )
         for i, rec in zip(
-            np.flatnonzero(newly), tracker.step(team, ind, pen, newly, infos, agents), strict=True
+            np.flatnonzero(newly),
+            tracker.step(
+                team,
+                ind,
+                pen,
+                newly,
+                infos,
+                agents,
+                live_mean_reward(rewards, infos, agents) * ~finished,
+            ),
+            strict=True,
         ):
             records[i] = rec
         finished |= done
@@ -698,6 +758,11 @@ def evaluate_episodes(
     for name, key in EVAL_KEYS.items():
         values = [r[key] for r in first if r is not None and key in r]
         out[name] = float(np.mean(values)) if len(values) == len(seeds) else None
+    # every numeric info metric the env reports at episode end (mean over episodes)
+    for key in dict.fromkeys(k for r in first if r is not None for k in r):
+        if key not in EVAL_KEYS.values() and not key.startswith("return"):
+            values = [r[key] for r in first if r is not None and key in r]
+            out.setdefault(key, float(np.mean(values)))
     out["search_diversity"] = None
     search_sets = getattr(vec, "search_sets", None)
     if repeats >= 2 and callable(search_sets):

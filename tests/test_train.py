@@ -384,7 +384,7 @@ def test_sigint_checkpoints_and_exits_cleanly_then_resume(tmp_path):
     _wait_for(latest_path(str(run)), proc)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
+    assert proc.returncode == 3, err  # EXIT_INTERRUPTED: checkpoint written, resumable
     assert "interrupted" in err and "Traceback" not in err
     assert not (run / "eval.json").exists()
     ckpt = load_checkpoint(latest_path(str(run)))
@@ -490,4 +490,6 @@ def test_algorithm_defaults_and_runs_written_before_the_activation_field(tmp_pat
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
     assert load_run_config(str(tmp_path))["activation"] == "tanh"
     assert parse_cli(["--resume", str(tmp_path)]).activation == "tanh"
-    assert parse_cli(["--resume", str(tmp_path), "--activation", "relu"]).activation == "relu"
+    # the networks' activation cannot change on resume (issue 19): refused, naming the field
+    with pytest.raises(ConfigError, match=r"--activation 'tanh' -> 'relu'"):
+        parse_cli(["--resume", str(tmp_path), "--activation", "relu"])

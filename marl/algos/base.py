@@ -140,7 +140,16 @@ class BaseConfig:
     # ---- environment -----------------------------------------------------------------------
     env_fn: str = _f(
         "envs.multisearch_v0:vector_env",
-        "'module:function' building the vector env (docs/CONTRACTS.md section 1).",
+        "'module:factory': a native vector-env factory fn(num_envs, autoreset, **env) "
+        "(docs/CONTRACTS.md section 1), or a factory returning a PettingZoo ParallelEnv or a "
+        "Gymnasium Env (e.g. gymnasium:make with --env.id CartPole-v1), batched by "
+        "marl.adapters; adapter options as --env.adapter_* (team_reward, reward_channels, "
+        "types, state, max_cycles, workers). Envs without reward_team/individual/penalty "
+        "infos: team = mean of the live agents' rewards, individual = own reward, penalty 0; "
+        "team_individual whitening then mixes the two whitened advantages by alpha (the same "
+        "advantage twice for one agent or a shared reward), every other scheme whitens their "
+        "sum within its groups; adapter_team_reward none leaves the individual advantage "
+        "alone.",
     )
     env: dict = _f(
         {}, "Environment keyword arguments (YAML 'env:' mapping; CLI '--env.KEY VALUE')."

@@ -411,11 +411,22 @@ def _flatten_agreed(
     return flat._replace(num_groups=size)
 
 
-def _raise_if_not_finite(table: Tensor) -> None:
-    """ValueError naming the groups whose float64 sum is NaN/inf (a non-finite valid entry)."""
+def _raise_if_not_finite(table: Tensor, flat: _Flat | None = None, what: str = "sum") -> None:
+    """ValueError naming the groups whose float64 ``what`` is NaN/inf: either a non-finite
+    valid entry, or (all valid entries of ``flat`` finite) finite values whose ``what``
+    overflowed float64, named so."""
     if not bool(torch.isfinite(table).all()):
         groups = torch.nonzero(~torch.isfinite(table)).flatten()[:5].tolist()
         where = f" (groups {groups})" if table.numel() > 1 else ""
+        if flat is not None:
+            valid = flat.x if flat.mask is None else flat.x[flat.mask]
+            if valid.numel() and bool(torch.isfinite(valid).all()):
+                largest = float(valid.abs().max())
+                raise ValueError(
+                    f"x is finite but too large to whiten: the float64 {what} of the valid "
+                    f"entries overflowed{where} (largest |x| = {largest:.3g}; float64 holds up "
+                    "to 1.8e308); rescale the advantages (e.g. divide by a constant) first"
+                )
         raise ValueError(
             f"x holds NaN or inf among the valid (masked-in) entries{where}; fix the "
             "advantages or mask those entries out"
@@ -429,13 +440,13 @@ def _moments(flat: _Flat, distributed: bool) -> GroupMoments:
     count, total = passes.count_and_sum(flat.x, flat.ids, flat.mask, flat.num_groups)
     if distributed:
         count, total = _all_reduce_sum(count, total)
-    _raise_if_not_finite(total)
+    _raise_if_not_finite(total, flat, "sum")
     n = count.clamp_min(1.0)  # absent groups: all sums 0, so mean 0 and var 0
     first_mean = total / n
     sum_d, sum_d2 = passes.centred_sums(flat.x, flat.ids, flat.mask, first_mean)
     if distributed:
         sum_d, sum_d2 = _all_reduce_sum(sum_d, sum_d2)
-    _raise_if_not_finite(sum_d2)  # finite values whose squares overflow
+    _raise_if_not_finite(sum_d2, flat, "sum of squared deviations from the mean")
     correction = sum_d / n  # mean of d: the rounding error of first_mean
     var = (sum_d2 / n - correction * correction).clamp_min(0.0)
     return GroupMoments(count, first_mean + correction, var)

@@ -56,6 +56,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from marl.run.checkpoint import wait_for_run_dir
+
 __all__ = [
     "Variant",
     "CompareSpec",
@@ -457,10 +459,14 @@ def check_and_store_spec(spec: CompareSpec) -> None:
 # execution
 # ------------------------------------------------------------------------------------------
 def _parent_death_signal_setter() -> Any:
-    """A ``preexec_fn`` for Popen: on Linux the child gets SIGINT when compare dies (even by
+    """A ``preexec_fn`` for Popen: on Linux the child gets SIGTERM when compare dies (even by
     SIGKILL), so that a train run stops at the end of its update with a checkpoint instead of
-    running on unsupervised. None elsewhere. libc is resolved here, in the parent, so that the
-    child runs no import between fork and exec."""
+    running on unsupervised. SIGTERM, not SIGINT: marl.train stops at once on a second SIGINT
+    (a user's double Ctrl-C) but never on repeated SIGTERMs, and the death signal can come
+    more than once (again when a process the orphan was reparented to dies). A parent that
+    died before the signal was set (between fork and prctl) is caught by comparing the parent
+    pid. None elsewhere. libc is resolved here, in the parent, so that the child runs no import
+    between fork and exec."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -469,10 +475,13 @@ def _parent_death_signal_setter() -> Any:
         prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
     except (OSError, AttributeError):  # pragma: no cover - unusual libc
         return None
-    pr_set_pdeathsig, sigint = 1, int(signal.SIGINT)
+    pr_set_pdeathsig, sigterm = 1, int(signal.SIGTERM)
+    parent = os.getpid()
 
     def set_death_signal() -> None:  # pragma: no cover - runs in the child
-        prctl(pr_set_pdeathsig, sigint)
+        prctl(pr_set_pdeathsig, sigterm)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), sigterm)
 
     return set_death_signal
 
@@ -552,6 +561,16 @@ def execute_runs(
         bar.set_postfix(running=len(active), left=len(pending), failed=failed, refresh=True)
 
     def start(run: RunSpec) -> _Active:
+        # a run orphaned by a killed compare may still be finishing its update and writing
+        # its checkpoint (it holds RUN_DIR/.lock): wait for it, then resume from that
+        wait_for_run_dir(
+            run.run_dir,
+            on_wait=lambda: print(
+                f"waiting for {run.key}: a previous process still writes {run.run_dir}",
+                file=sys.stderr,
+                flush=True,
+            ),
+        )
         state = run_state(run)
         argv = list(run.train_args)
         if state == "resumable":
@@ -621,11 +640,13 @@ def execute_runs(
             print(msg, file=sys.stderr, flush=True)
 
     def stop_all() -> None:
-        # SIGINT first: marl.run.train finishes its update and writes a checkpoint, so the next
-        # compare resumes it; SIGKILL after the grace period.
+        # SIGTERM first (once, to the train process only: its helper processes, e.g. env
+        # workers, must live until it has finished its update): marl.run.train writes a
+        # checkpoint, so the next compare resumes it; SIGKILL to the group after the grace
+        # period.
         for item in active:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(item.proc.pid, signal.SIGINT)
+                os.kill(item.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
         for item in active:
             try:

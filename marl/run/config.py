@@ -12,6 +12,11 @@ arguments live under ``env:`` in YAML and as ``--env.KEY VALUE`` on the command 
 
 ``parse_cli(argv)`` returns a validated config or raises :class:`ConfigError` (a
 ``ValueError``) naming the bad option or value and what is allowed, before any work starts.
+
+``--resume RUN_DIR`` continues a run with its own configuration (RUN_DIR/config.yaml). Only
+the fields in :data:`RESUME_CHANGEABLE` (budget, cadences, outputs, device, threads) may be
+set to other values on resume; any other field that differs from the run's, from flags or from
+``--config``, is refused with a message naming the fields (the run's value and the new one).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import textwrap
 from typing import Any
 
 import yaml
@@ -43,7 +49,56 @@ __all__ = [
     "validate_config",
     "whitener_from_config",
     "DEMO_MAX_TIME",
+    "RESUME_CHANGEABLE",
+    "RESUME_CHANGEABLE_ENV",
+    "EXIT_INTERRUPTED",
+    "MAX_SEED",
 ]
+
+#: Exit status of ``python -m marl.train`` when SIGINT (Ctrl-C) or SIGTERM stopped the run
+#: before its budget: a checkpoint was written (continue with ``--resume RUN_DIR``). 0 is a
+#: finished run, 1 a run stopped by the non-finite guard, 2 bad input or a file-system error.
+EXIT_INTERRUPTED = 3
+
+#: Largest ``--seed`` / ``--eval-seed``: numpy's global seed is 32-bit, so larger seeds would
+#: repeat the numpy streams of smaller ones.
+MAX_SEED = 2**32 - 1
+
+#: Fields that may take new values when a run is resumed (``--resume RUN_DIR``): the budget,
+#: the cadences, the outputs and where / how fast it runs. None of them changes the training
+#: trajectory (``parallel_update`` and the thread count give identical results; the device
+#: may round differently). Fields named ``tensorboard`` / ``wandb*`` (outputs) are changeable too.
+RESUME_CHANGEABLE: frozenset[str] = frozenset(
+    {
+        "total_steps",
+        "max_time",
+        "eval_every",
+        "checkpoint_every",
+        "plots",
+        "gif",
+        "baselines",
+        "progress",
+        "tensorboard",
+        "device",
+        "torch_threads",
+        "parallel_update",
+    }
+)
+
+
+#: Environment keyword arguments that may change on resume: how the env is stepped, not what
+#: it computes (the adapter's worker processes give identical results).
+RESUME_CHANGEABLE_ENV: frozenset[str] = frozenset({"adapter_workers"})
+
+
+def _changeable_on_resume(name: str) -> bool:
+    return name in RESUME_CHANGEABLE or name.startswith("wandb")
+
+
+def _changeable_flags() -> str:
+    """The flags of the existing fields that may change on resume, for messages."""
+    names = [n for n in _all_fields() if _changeable_on_resume(n)]
+    return ", ".join("--" + n.replace("_", "-") for n in sorted(names))
 
 
 def config_class(algo: str) -> type[BaseConfig]:
@@ -205,14 +260,27 @@ def config_from_dict(d: dict[str, Any], *, strict: bool = True) -> BaseConfig:
     return cfg
 
 
-def load_config(path: str) -> dict[str, Any]:
-    """Read a YAML config file into a mapping of field name -> value (validated names)."""
+def load_config(path: str, *, what: str = "--config") -> dict[str, Any]:
+    """Read a YAML config file into a mapping of field name -> value (validated names);
+    ``what`` names the file's role in error messages (``--config``, ``--resume DIR``)."""
     if not os.path.isfile(path):
-        raise ConfigError(f"--config: file not found: {path!r}")
-    with open(path) as fh:
-        data = yaml.safe_load(fh) or {}
+        raise ConfigError(f"{what}: file not found: {path!r}")
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh) or {}
+    except OSError as exc:
+        raise ConfigError(f"{what} {path!r}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        where = ""
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{what} {path!r}: YAML syntax error{where}: {problem}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {path!r}: not a text file ({exc.reason})") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"--config {path!r}: expected a mapping at top level")
+        raise ConfigError(f"{what} {path!r}: expected a mapping at top level")
     return {
         name: _coerce(name, value)
         for name, value in ((_known(k, f"--config {path!r}: "), v) for k, v in data.items())
@@ -229,7 +297,7 @@ def load_run_config(run_dir: str) -> dict[str, Any]:
     older runs were trained with for fields their config.yaml predates. Runs written before
     the per-algorithm configs hold every algorithm's fields: those that do not apply to the
     run's algorithm are dropped."""
-    out = load_config(os.path.join(run_dir, "config.yaml"))
+    out = load_config(os.path.join(run_dir, "config.yaml"), what=f"run directory {run_dir!r}")
     for name, value in LEGACY_RUN_VALUES.items():
         out.setdefault(name, value)
     own = set(config_class(out.get("algo", "mappo")).field_names())
@@ -244,6 +312,13 @@ def validate_config(cfg: BaseConfig, explicit: frozenset[str] | set[str] | None 
             f"--algo {cfg.algo!r} does not match the config class {type(cfg).__name__}"
         )
     cfg.validate()
+    for name in ("seed", "eval_seed"):
+        value = getattr(cfg, name)
+        if not 0 <= value <= MAX_SEED:
+            raise ConfigError(
+                f"--{name.replace('_', '-')}: invalid value {value}; allowed: an integer in "
+                f"[0, {MAX_SEED}] (2**32 - 1)"
+            )
     cfg.check_option_rules(frozenset(explicit or ()))
 
 
@@ -264,6 +339,10 @@ def _default_text(name: str) -> str:
     return ", ".join(f"{v} ({a})" for a, v in texts.items())
 
 
+def _wrap_paragraphs(text: str, width: int = 88) -> str:
+    return "\n\n".join(textwrap.fill(par, width) for par in text.split("\n\n"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser generated from the config classes' fields (values as strings),
     one argument group for the shared fields and one per algorithm."""
@@ -273,6 +352,18 @@ def build_parser() -> argparse.ArgumentParser:
         "is a flag; YAML --config sets any of them (env kwargs under 'env:'); environment "
         "kwargs on the command line as --env.KEY VALUE (e.g. --env.grid_size 8). Options of "
         "one algorithm are rejected with the other.",
+        epilog=_wrap_paragraphs(
+            "Run directories: an existing run (a directory holding config.yaml, "
+            "metrics.jsonl, checkpoints/, ...) is never overwritten by accident: continue it with "
+            "--resume RUN_DIR or start again with --overwrite. On resume only "
+            f"{_changeable_flags()} (and --env.adapter_workers) may "
+            "change.\n\nSIGINT (Ctrl-C) and SIGTERM stop the run at the end of the current "
+            "update and write a checkpoint (a second Ctrl-C stops at once).\n\n"
+            "Exit status: 0 finished (eval.json written); 1 stopped by the non-finite guard; "
+            "2 bad input or a file-system error (an 'error:' line says what); "
+            f"{EXIT_INTERRUPTED} interrupted by SIGINT/SIGTERM, checkpoint written (continue with "
+            "--resume RUN_DIR)."
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", default=None, help="YAML config file (keys = field names).")
@@ -280,7 +371,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume",
         default=None,
         metavar="RUN_DIR",
-        help="Continue the run in RUN_DIR from checkpoints/latest.pt.",
+        help="Continue the run in RUN_DIR from its newest checkpoint that loads, with the "
+        "run's own configuration.",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="Start a new run in --run-dir even if it holds a run: that run's files "
+        "(config.yaml, metrics.jsonl, checkpoints/, tb/, plots/, eval.json, episode.gif) are "
+        "deleted first.",
+    )
+    p.add_argument(
+        "--keep-checkpoints",
+        default=None,
+        metavar="K",
+        help="Keep the K newest checkpoints (checkpoints/ckpt_<update>.pt) [default: "
+        "3, or the resumed run's value]",
     )
     shared = set(BaseConfig.field_names())
     groups = {"shared": p.add_argument_group("options of every algorithm")}
@@ -338,10 +444,28 @@ def parse_cli(argv: list[str] | None = None) -> BaseConfig:
     ns, extra = parser.parse_known_args(list(argv) if argv is not None else None)
     explicit: dict[str, Any] = {}
     base: dict[str, Any] = {}
+    keep = None
+    if ns.keep_checkpoints is not None:
+        try:
+            keep = int(ns.keep_checkpoints)
+        except ValueError:
+            keep = 0
+        if keep < 1:
+            raise ConfigError(
+                f"--keep-checkpoints: invalid value {ns.keep_checkpoints!r}; allowed: an integer "
+                ">= 1"
+            )
     if ns.resume is not None:
+        if ns.overwrite:
+            raise ConfigError(
+                "--resume and --overwrite exclude each other: --resume continues the run, "
+                "--overwrite deletes it and starts again"
+            )
+        if not os.path.isdir(ns.resume):
+            raise ConfigError(f"--resume {ns.resume!r}: no such directory")
         path = os.path.join(ns.resume, "config.yaml")
         if not os.path.isfile(path):
-            raise ConfigError(f"--resume {ns.resume!r}: no config.yaml in that directory")
+            raise ConfigError(f"--resume {ns.resume!r}: not a run directory (no config.yaml in it)")
         base = load_run_config(ns.resume)
         base["run_dir"] = ns.resume
     if ns.config is not None:
@@ -355,6 +479,13 @@ def parse_cli(argv: list[str] | None = None) -> BaseConfig:
             explicit[name] = _coerce(name, raw)
             on_command_line.add(name)
     env_over = _parse_env_overrides(extra)
+    env_given = bool(env_over) or "env" in explicit
+    if ns.resume is not None:
+        _check_resume_changes(ns.resume, base, explicit, env_over)
+        # the run's own values (equal to any given ones, checked above) and the changeable
+        # fields given now; env kwargs merged, never replaced by a --config file's env
+        env_over = {**base.get("env", {}), **explicit.pop("env", {}), **env_over}
+        explicit.pop("run_dir", None)
     algo = explicit.get("algo", base.get("algo", "mappo"))
     own = set(config_class(algo).field_names())
     for name in explicit:
@@ -374,5 +505,60 @@ def parse_cli(argv: list[str] | None = None) -> BaseConfig:
     cfg = config_class(algo)(**values)
     validate_config(cfg, on_command_line)
     cfg._resume = ns.resume  # type: ignore[attr-defined]
-    cfg._explicit = set(explicit) | ({"env"} if env_over else set())  # type: ignore[attr-defined]
+    cfg._explicit = set(explicit) | ({"env"} if env_given else set())  # type: ignore[attr-defined]
+    cfg._overwrite = bool(ns.overwrite)  # type: ignore[attr-defined]
+    cfg._keep_checkpoints = keep  # type: ignore[attr-defined]
     return cfg
+
+
+_UNSET = object()
+
+
+def _check_resume_changes(
+    run_dir: str, base: dict[str, Any], explicit: dict[str, Any], env_over: dict[str, Any]
+) -> None:
+    """Refuse, naming every field, the settings (flags or ``--config``) that differ from the
+    resumed run's own and are not in :data:`RESUME_CHANGEABLE`."""
+    run_algo = base.get("algo", "mappo")
+    run_class = config_class(run_algo)
+    own = set(run_class.field_names())
+
+    def run_value(name: str) -> Any:
+        if name in base:
+            return base[name]
+        return run_class.default_of(name) if name in own else _UNSET
+
+    changes: list[str] = []
+    for name, value in explicit.items():
+        if name == "env" or _changeable_on_resume(name):
+            continue
+        if name == "run_dir":
+            if os.path.abspath(str(value)) != os.path.abspath(run_dir):
+                changes.append(f"--run-dir {value!r} (the run is {run_dir!r})")
+            continue
+        old = run_value(name)
+        if old is _UNSET:
+            changes.append(f"--{name.replace('_', '-')} (not an option of --algo {run_algo})")
+        elif value != old:
+            changes.append(f"--{name.replace('_', '-')} {old!r} -> {value!r}")
+    run_env = base.get("env", {})
+    given_env = {**explicit.get("env", {}), **env_over}
+    for key, value in given_env.items():
+        if key in RESUME_CHANGEABLE_ENV:
+            continue
+        old = run_env.get(key, _UNSET)
+        if old is _UNSET:
+            changes.append(f"--env.{key} (unset in the run) -> {value!r}")
+        elif value != old:
+            changes.append(f"--env.{key} {old!r} -> {value!r}")
+    if changes:
+        allowed = (
+            _changeable_flags()
+            + ", "
+            + ", ".join(f"--env.{k}" for k in sorted(RESUME_CHANGEABLE_ENV))
+        )
+        raise ConfigError(
+            f"--resume {run_dir!r}: these settings differ from the run's own configuration "
+            f"and cannot change on resume: {'; '.join(changes)}. Only {allowed} may change "
+            "when resuming; drop the others (or start a new run with another --run-dir)"
+        )

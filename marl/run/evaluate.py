@@ -30,8 +30,8 @@ import torch
 from marl.collect import EVAL_KEYS, ObsBatcher, PolicyActor, evaluate_episodes
 from marl.envapi import make_vector_env
 from marl.policies import AgentLayout, MultiAgentPolicy
-from marl.run.checkpoint import latest_path, load_checkpoint
-from marl.run.config import config_from_dict, load_run_config
+from marl.run.checkpoint import CheckpointError, load_newest_checkpoint
+from marl.run.config import ConfigError, config_from_dict, load_run_config
 
 __all__ = ["evaluate_policy", "record_episode", "format_table", "main", "EVAL_KEYS"]
 
@@ -132,23 +132,41 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def load_run_policy(run_dir: str, device: str = "cpu") -> tuple[MultiAgentPolicy, Any, dict]:
-    """(policy with the latest checkpoint's weights, its config, the checkpoint)."""
+def _warn(message: str) -> None:
+    print(f"[marl.evaluate] warning: {message}", file=sys.stderr, flush=True)
+
+
+def load_run_policy(
+    run_dir: str, device: str = "cpu", *, warn: Any = _warn
+) -> tuple[MultiAgentPolicy, Any, dict]:
+    """(policy with the newest loadable checkpoint's weights, its config, the checkpoint).
+
+    A checkpoint that fails to load is reported through ``warn`` by its file name and the next
+    older one is used; :class:`ConfigError` when ``run_dir`` is not a run directory,
+    :class:`marl.run.checkpoint.CheckpointError` when no checkpoint loads."""
+    if not os.path.isfile(os.path.join(run_dir, "config.yaml")):
+        raise ConfigError(f"{run_dir!r} is not a run directory (no config.yaml in it)")
     cfg = config_from_dict(load_run_config(run_dir))
-    ckpt = load_checkpoint(latest_path(run_dir))
+    ckpt, path, _ = load_newest_checkpoint(run_dir, warn=warn)
     vec = make_vector_env(cfg.env_fn, 1, cfg.env, autoreset=False)
     policy = MultiAgentPolicy(
         AgentLayout.from_env(vec), cfg.backbone, cfg.hidden_dim, cfg.activation
     ).to(device)
-    policy.load_state_dict(ckpt["algo"]["policy"])
+    try:
+        policy.load_state_dict(ckpt["algo"]["policy"])
+    except (KeyError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        msg = f"checkpoint {path} does not fit {run_dir}/config.yaml ({first})"
+        raise CheckpointError(msg) from exc
     return policy, cfg, ckpt
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m marl.evaluate",
-        description="Re-evaluate a run's latest checkpoint on its validation seeds, print the "
-        "figures and rewrite RUN_DIR/eval.json.",
+        description="Re-evaluate a run's newest checkpoint on its validation seeds, print the "
+        "figures and rewrite RUN_DIR/eval.json. A checkpoint that fails to load is reported "
+        "and the next older one is used. Exit status: 0 done, 2 bad input (an 'error:' line).",
     )
     p.add_argument("run_dir")
     p.add_argument(
@@ -162,12 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isdir(args.run_dir):
         print(f"error: {args.run_dir!r} is not a directory", file=sys.stderr)
         return 2
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    policy, cfg, _ = load_run_policy(args.run_dir)
-    n = cfg.eval_episodes if args.episodes is None else args.episodes
-    if n < 1:
+    if args.episodes is not None and args.episodes < 1:
         print("error: --episodes must be >= 1", file=sys.stderr)
         return 2
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    try:
+        policy, cfg, _ = load_run_policy(args.run_dir)
+    except (ConfigError, CheckpointError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    n = cfg.eval_episodes if args.episodes is None else args.episodes
     seeds = list(range(cfg.eval_seed, cfg.eval_seed + n))
     result = evaluate_policy(
         policy,
@@ -177,9 +199,15 @@ def main(argv: list[str] | None = None) -> int:
         deterministic=args.deterministic or cfg.eval_deterministic,
         repeats=cfg.eval_repeats,
     )
-    with open(os.path.join(args.run_dir, "eval.json.tmp"), "w") as fh:
-        json.dump(result, fh, indent=2)
-    os.replace(os.path.join(args.run_dir, "eval.json.tmp"), os.path.join(args.run_dir, "eval.json"))
+    path = os.path.join(args.run_dir, "eval.json")
+    try:
+        with open(path + ".tmp", "w") as fh:
+            json.dump(result, fh, indent=2)
+        os.replace(path + ".tmp", path)
+    except OSError as exc:
+        print(f"error: cannot write {path!r}: {exc.strerror or exc}", file=sys.stderr)
+        print(format_table({cfg.algo: result}))
+        return 2
     print(format_table({cfg.algo: result}))
     return 0
 

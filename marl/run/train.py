@@ -15,10 +15,18 @@ Algorithms are looked up in :data:`marl.algos.ALGORITHMS` (name -> class); each 
 
 The loop here is algorithm-agnostic: schedules, time budget, logging, checkpoints, signals,
 evaluation, plots. Distributed (torchrun): every rank runs the loop; only rank 0 writes.
+
+Nothing is lost on a mistake or a fault (docs/CONTRACTS.md section 4): an existing run is
+never overwritten without ``--overwrite``; ``--resume`` checks everything (config changes,
+the newest checkpoint that loads) before it writes anything; SIGINT and SIGTERM finish the
+update, write a checkpoint and exit :data:`EXIT_INTERRUPTED`; the last K checkpoints are kept;
+file-system faults are ``error:`` lines (rc 2) naming the path and the cause.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
 import json
 import os
@@ -41,18 +49,39 @@ from marl.core.losses import NonFiniteError
 from marl.envapi import make_vector_env
 from marl.run import distributed
 from marl.run.checkpoint import (
-    latest_path,
-    load_checkpoint,
+    DEFAULT_KEEP,
+    CheckpointError,
+    RunDirBusyError,
+    list_checkpoints,
+    load_newest_checkpoint,
+    lock_run_dir,
     rng_state,
-    save_checkpoint,
+    save_run_checkpoint,
     set_rng_state,
 )
-from marl.run.config import DEMO_MAX_TIME, BaseConfig, ConfigError, config_to_dict, parse_cli
+from marl.run.config import (
+    DEMO_MAX_TIME,
+    EXIT_INTERRUPTED,
+    BaseConfig,
+    ConfigError,
+    config_to_dict,
+    parse_cli,
+)
 from marl.run.evaluate import evaluate_policy, format_table, record_episode
 from marl.run.plots import plot_advantage_histograms, plot_learning_curves, write_gif
 from marl.run.runlog import RunLogger, read_metrics
 
-__all__ = ["ALGORITHMS", "register_algorithm", "get_algorithm", "train", "main"]
+__all__ = [
+    "ALGORITHMS",
+    "EXIT_INTERRUPTED",
+    "RUN_FILES",
+    "RUN_FOLDERS",
+    "register_algorithm",
+    "get_algorithm",
+    "run_dir_contents",
+    "train",
+    "main",
+]
 
 
 def get_algorithm(name: str) -> type[Algorithm]:
@@ -94,8 +123,14 @@ def _seed_everything(seed: int) -> None:
 
 
 def _default_run_dir(cfg: BaseConfig) -> str:
+    """``runs/<algo>-<backbone>-<timestamp>`` (``-2``, ``-3``, ... when that one exists)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return os.path.join("runs", f"{cfg.algo}-{cfg.backbone}-{stamp}")
+    base = os.path.join("runs", f"{cfg.algo}-{cfg.backbone}-{stamp}")
+    path, n = base, 1
+    while os.path.lexists(path):
+        n += 1
+        path = f"{base}-{n}"
+    return path
 
 
 def _check_env(cfg: BaseConfig) -> None:
@@ -188,11 +223,88 @@ def _finish(algo, cfg: BaseConfig, run_dir: str, rows: list[dict] | None) -> dic
     return result
 
 
-def train(cfg: BaseConfig, *, resume: bool = False) -> dict[str, Any] | None:
-    """Run training as configured; returns the final evaluation (None if interrupted)."""
+#: The files and folders a run writes in its directory: a directory holding any of them is a
+#: run (and is refused as the --run-dir of a new run without --overwrite).
+RUN_FILES = ("config.yaml", "metrics.jsonl", "eval.json", "episode.gif")
+RUN_FOLDERS = ("checkpoints", "tb", "plots")
+
+
+def run_dir_contents(run_dir: str) -> list[str]:
+    """The run files and folders present in ``run_dir`` ([] for a missing or empty directory,
+    or one holding only other files)."""
+    if not os.path.isdir(run_dir):
+        return []
+    return [n for n in RUN_FILES + RUN_FOLDERS if os.path.lexists(os.path.join(run_dir, n))]
+
+
+def _check_new_run_dir(run_dir: str, overwrite: bool) -> None:
+    """A new run must not silently destroy an existing one."""
+    if os.path.lexists(run_dir) and not os.path.isdir(run_dir):
+        raise ConfigError(f"--run-dir {run_dir!r} exists and is not a directory")
+    found = run_dir_contents(run_dir)
+    if found and not overwrite:
+        raise ConfigError(
+            f"--run-dir {run_dir!r} already holds a run ({', '.join(found)}): continue it "
+            f"with --resume {run_dir}, or start it again with --overwrite (deletes those "
+            "files), or choose another --run-dir"
+        )
+
+
+def _remove_run_files(run_dir: str) -> None:
+    """--overwrite: delete the previous run's files (only those; other files stay)."""
+    for name in RUN_FOLDERS:
+        path = os.path.join(run_dir, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.remove(path)
+    for name in RUN_FILES:
+        if os.path.lexists(os.path.join(run_dir, name)):
+            os.remove(os.path.join(run_dir, name))
+
+
+def _warn(message: str) -> None:
+    print(f"[marl.train] warning: {message}", file=sys.stderr, flush=True)
+
+
+def _kept_note(saved: dict[str, Any], cfg: BaseConfig) -> str:
+    """What a failed run kept: its newest good checkpoint, or that it had none yet."""
+    if saved["path"] is not None:
+        return (
+            f"The last good checkpoint is kept: {saved['path']} (update {saved['update']}); "
+            f"python -m marl.train --resume {cfg.run_dir} continues from it."
+        )
+    return (
+        "No checkpoint was kept: the run stopped before its first checkpoint (due at update "
+        f"{cfg.checkpoint_every}, --checkpoint-every)."
+    )
+
+
+def train(
+    cfg: BaseConfig,
+    *,
+    resume: bool = False,
+    overwrite: bool | None = None,
+    keep_checkpoints: int | None = None,
+) -> dict[str, Any] | None:
+    """Run training as configured; returns the final evaluation ({} on ranks other than 0),
+    or None when SIGINT/SIGTERM interrupted it (a checkpoint was written).
+
+    Everything is checked before anything is written: the run directory (an existing run is
+    refused unless ``overwrite``; default ``cfg._overwrite`` from ``--overwrite``), the device,
+    the env, and on ``resume`` the newest checkpoint that loads (older ones are tried when a
+    newer one is corrupt) and that it fits the algorithm. ``keep_checkpoints``: how many
+    checkpoints to keep (default ``--keep-checkpoints``, else the resumed run's value, else
+    :data:`marl.run.checkpoint.DEFAULT_KEEP`).
+    """
+    if overwrite is None:
+        overwrite = bool(getattr(cfg, "_overwrite", False))
+    if keep_checkpoints is None:
+        keep_checkpoints = getattr(cfg, "_keep_checkpoints", None)
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: CUDA is not available here; allowed here: cpu, auto")
     ctx = _init_distributed(cfg)
     is_main = ctx.is_main
-    world = ctx.world_size
     # default: up to 2 threads per process, the cores shared among torchrun's local ranks
     local_world = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     threads = cfg.torch_threads or max(1, min(2, (os.cpu_count() or 1) // local_world))
@@ -202,45 +314,103 @@ def train(cfg: BaseConfig, *, resume: bool = False) -> dict[str, Any] | None:
         if cfg.device == "auto" and torch.cuda.is_available()
         else ("cpu" if cfg.device == "auto" else cfg.device)
     )
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda: CUDA is not available; allowed here: cpu, auto")
     run_dir = cfg.run_dir or _default_run_dir(cfg)
     cfg.run_dir = run_dir
+    if not resume and is_main:  # rank 0 decides (the others may look after it wrote)
+        _check_new_run_dir(run_dir, overwrite)
     _check_env(cfg)
     algo_cls = get_algorithm(cfg.algo)
-    ckpt = None
+    ckpt, ckpt_path = None, None
     if resume:
-        ckpt = load_checkpoint(latest_path(run_dir))
-    if is_main:
-        os.makedirs(run_dir, exist_ok=True)
-        # eval.json marks a finished run: a continued or restarted run removes it first
-        for stale in ("eval.json",) if resume else ("eval.json", "episode.gif"):
-            if os.path.exists(os.path.join(run_dir, stale)):
-                os.remove(os.path.join(run_dir, stale))
-        if not resume:
-            for stale_dir in ("tb", "checkpoints", "plots"):
-                shutil.rmtree(os.path.join(run_dir, stale_dir), ignore_errors=True)
-        with open(os.path.join(run_dir, "config.yaml.tmp"), "w") as fh:
-            yaml.safe_dump(config_to_dict(cfg), fh, sort_keys=False)
-        os.replace(os.path.join(run_dir, "config.yaml.tmp"), os.path.join(run_dir, "config.yaml"))
+        ckpt, ckpt_path, _ = load_newest_checkpoint(run_dir, warn=_warn if is_main else None)
+        if keep_checkpoints is None:
+            keep_checkpoints = ckpt.get("keep_checkpoints")
+    keep = int(keep_checkpoints or DEFAULT_KEEP)
     seed = ctx.seed_offset(cfg.seed)
     _seed_everything(seed)
     algo = algo_cls(cfg, ctx, device)
     update, env_steps, elapsed_before = 0, 0, 0.0
     if ckpt is not None:
-        algo.load_state_dict(ckpt["algo"])
+        try:
+            algo.load_state_dict(ckpt["algo"])
+        except (KeyError, RuntimeError, ValueError, TypeError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CheckpointError(
+                f"checkpoint {ckpt_path} does not fit the run's configuration ({first})"
+            ) from exc
         update, env_steps = int(ckpt["update"]), int(ckpt["env_steps"])
         elapsed_before = float(ckpt["elapsed"])
         if is_main:
             set_rng_state(ckpt["rng"])
         else:
             _seed_everything(seed + update)
+        if is_main:
+            print(
+                f"[marl.train] resuming {run_dir} from {os.path.relpath(ckpt_path, run_dir)} "
+                f"(update {update}, {env_steps} env steps)",
+                file=sys.stderr,
+                flush=True,
+            )
+    # everything is checked: from here on the run directory is written (rank 0 only)
+    with contextlib.ExitStack() as held:
+        if is_main:
+            os.makedirs(run_dir, exist_ok=True)
+            held.enter_context(lock_run_dir(run_dir))
+            if not resume and overwrite:
+                _remove_run_files(run_dir)
+            # eval.json marks a finished run: a continued or restarted run removes it first
+            for stale in ("eval.json",) if resume else ("eval.json", "episode.gif"):
+                if os.path.exists(os.path.join(run_dir, stale)):
+                    os.remove(os.path.join(run_dir, stale))
+            if not resume:
+                for stale_dir in ("tb", "checkpoints", "plots"):
+                    shutil.rmtree(os.path.join(run_dir, stale_dir), ignore_errors=True)
+            _write_text(
+                os.path.join(run_dir, "config.yaml"),
+                yaml.safe_dump(config_to_dict(cfg), sort_keys=False),
+            )
+        return _train_loop(
+            cfg, ctx, algo, run_dir, resume, keep, update, env_steps, elapsed_before, ckpt_path
+        )
+
+
+def _write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically; an OSError names ``path``."""
+    try:
+        with open(path + ".tmp", "w") as fh:
+            fh.write(text)
+        os.replace(path + ".tmp", path)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), path) from exc
+
+
+def _train_loop(
+    cfg: BaseConfig,
+    ctx: distributed.DistContext,
+    algo: Algorithm,
+    run_dir: str,
+    resume: bool,
+    keep: int,
+    update: int,
+    env_steps: int,
+    elapsed_before: float,
+    ckpt_path: str | None,
+) -> dict[str, Any] | None:
+    """The loop of :func:`train` once the run directory is prepared (and locked)."""
+    is_main = ctx.is_main
+    world = ctx.world_size
     budget = _Budget(cfg)
-    logger = RunLogger(run_dir, enabled=is_main, resume_update=update if resume else None)
+    logger = RunLogger(
+        run_dir,
+        enabled=is_main,
+        resume_update=update if resume else None,
+        resume_env_steps=env_steps if resume else None,
+    )
     agents = algo.layout.n_agents
+    saved: dict[str, Any] = {"path": ckpt_path, "update": update if resume else None}
 
     def save(path_update: int) -> None:
-        if not is_main:
+        if not is_main or saved["update"] == path_update:
             return
         for p in algo.policy.parameters():
             if not torch.isfinite(p).all():
@@ -252,17 +422,33 @@ def train(cfg: BaseConfig, *, resume: bool = False) -> dict[str, Any] | None:
             "elapsed": elapsed_before + (time.perf_counter() - t_start),
             "rng": rng_state(),
             "config": config_to_dict(cfg),
+            "keep_checkpoints": keep,
         }
-        save_checkpoint(latest_path(run_dir), payload)
+        logger.flush()  # the TensorBoard events up to this update are on disk first
+        saved["path"] = save_run_checkpoint(run_dir, path_update, payload, keep)
+        saved["update"] = path_update
 
-    stop = {"flag": False}
+    # SIGINT (Ctrl-C) and SIGTERM (schedulers, timeout, marl.compare): finish the update,
+    # write a checkpoint, exit EXIT_INTERRUPTED. A second SIGINT stops at once; repeated
+    # SIGTERMs do not (a scheduler or a dying parent may send several). During the final
+    # evaluation either signal stops at once (the final checkpoint is already written).
+    stop: dict[str, Any] = {"flag": False, "signal": None, "at": None, "finishing": False}
 
-    def on_sigint(signum, frame):  # noqa: ARG001
-        if stop["flag"]:
+    def on_signal(signum: int, frame: Any) -> None:  # noqa: ARG001
+        if stop["finishing"] or (signum == signal.SIGINT and stop["flag"]):
             raise KeyboardInterrupt
-        stop["flag"] = True
+        if not stop["flag"]:
+            stop.update(flag=True, signal=signal.Signals(signum).name, at=time.perf_counter())
+            if is_main:
+                print(
+                    f"\n[marl.train] {stop['signal']} received: stopping after this update "
+                    "and writing a checkpoint (Ctrl-C again to stop at once)",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
-    old_handler = signal.signal(signal.SIGINT, on_sigint) if _main_thread() else None
+    handled = (signal.SIGINT, signal.SIGTERM)
+    old_handlers = {s: signal.signal(s, on_signal) for s in handled} if _main_thread() else {}
     bar = None
     if is_main and cfg.progress:
         bar = tqdm(
@@ -339,27 +525,39 @@ def train(cfg: BaseConfig, *, resume: bool = False) -> dict[str, Any] | None:
             if stop["flag"]:
                 interrupted = True
                 break
-    except NonFiniteError:
         if bar is not None:
             bar.close()
+            bar = None
+        save(update)
         logger.close()
+        if interrupted:
+            if is_main:
+                took = ""
+                if stop["at"] is not None:
+                    took = f" {time.perf_counter() - stop['at']:.1f}s after {stop['signal']}"
+                print(
+                    f"[marl.train] interrupted: checkpoint {saved['path']} (update {update}) "
+                    f"written{took}; continue with: python -m marl.train --resume {run_dir}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return None
+        stop["finishing"] = True
+        result = _finish(algo, cfg, run_dir, None) if is_main else {}
+    except (NonFiniteError, OSError) as exc:
+        exc.marl_kept = _kept_note(saved, cfg)  # type: ignore[attr-defined]
+        raise
+    except KeyboardInterrupt as exc:
+        exc.marl_kept = _kept_note(saved, cfg)  # type: ignore[attr-defined]
         raise
     finally:
-        if old_handler is not None:
-            signal.signal(signal.SIGINT, old_handler)
-    if bar is not None:
-        bar.close()
-    save(update)
-    logger.close()
-    if interrupted:
-        if is_main:
-            print(
-                f"\n[marl.run.train] interrupted: checkpoint written to {latest_path(run_dir)}; "
-                f"continue with: python -m marl.train --resume {run_dir}",
-                file=sys.stderr,
-            )
-        return None
-    result = _finish(algo, cfg, run_dir, None) if is_main else None
+        for s, old in old_handlers.items():
+            signal.signal(s, old)
+        if bar is not None:
+            bar.close()
+        if not logger.closed:
+            with contextlib.suppress(OSError):
+                logger.close()
     if ctx.enabled:
         distributed.shutdown(ctx)
     return result
@@ -369,8 +567,32 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+#: errno values of a file-system fault (full disk, quota, read-only, permissions, I/O)
+_FS_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in ("ENOSPC", "EDQUOT", "EROFS", "EACCES", "EPERM", "EFBIG", "EIO", "ENOTDIR")
+    if hasattr(errno, name)
+)
+
+
+def _is_file_system_error(exc: OSError) -> bool:
+    """An OSError about a path (or a full / read-only disk), reported as an ``error:`` line;
+    others (a broken pipe to a worker, ...) keep their traceback."""
+    return exc.filename is not None or exc.errno in _FS_ERRNOS
+
+
+def _describe_os_error(exc: OSError) -> str:
+    """``file-system error on 'PATH': cause (ERRNO)`` for an error line."""
+    cause = exc.strerror or str(exc)
+    code = errno.errorcode.get(exc.errno or -1)
+    where = f" on {exc.filename!r}" if exc.filename else ""
+    return f"file-system error{where}: {cause}" + (f" ({code})" if code else "")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; returns the process exit status."""
+    """CLI entry point; returns the process exit status: 0 finished, 1 stopped by the
+    non-finite guard, 2 bad input or a file-system error, :data:`EXIT_INTERRUPTED` (3)
+    interrupted by SIGINT/SIGTERM with a checkpoint written."""
     argv = sys.argv[1:] if argv is None else argv
     try:
         cfg = parse_cli(argv)
@@ -378,21 +600,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     resume = getattr(cfg, "_resume", None) is not None
-    if resume and not os.path.isfile(latest_path(cfg.run_dir)):
-        print(f"error: --resume {cfg.run_dir!r}: no checkpoints/latest.pt", file=sys.stderr)
+    if resume and not list_checkpoints(cfg.run_dir):
+        print(
+            f"error: --resume {cfg.run_dir!r}: no checkpoint in {cfg.run_dir}/checkpoints (the "
+            "run stopped before its first checkpoint); start it again with --run-dir "
+            f"{cfg.run_dir} --overwrite",
+            file=sys.stderr,
+        )
         return 2
     try:
-        train(cfg, resume=resume)
-    except ConfigError as exc:
+        result = train(cfg, resume=resume)
+    except (ConfigError, CheckpointError, RunDirBusyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except NonFiniteError as exc:
-        print(
-            f"error: {exc}. The last good checkpoint is kept in {latest_path(cfg.run_dir)}.",
-            file=sys.stderr,
-        )
+        print(f"error: {exc}. {getattr(exc, 'marl_kept', '')}".rstrip(), file=sys.stderr)
         return 1
-    return 0
+    except OSError as exc:
+        if not _is_file_system_error(exc):
+            raise
+        note = getattr(exc, "marl_kept", "")
+        print(f"error: {_describe_os_error(exc)}. {note}".rstrip(), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as exc:
+        note = getattr(exc, "marl_kept", "nothing was written yet")
+        print(f"\n[marl.train] interrupted at once. {note}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_INTERRUPTED if result is None else 0
 
 
 if __name__ == "__main__":
