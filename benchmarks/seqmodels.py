@@ -11,13 +11,21 @@ Measures (issue 4, item 6), all peers in the same process and run so ratios are 
 3. long sequences (B=4, L=16384): seqmodels Mamba / Mamba2 and GRU forward + backward;
 4. step latency at B=1024: Mamba.step / Mamba2.step vs torch.nn.GRUCell(64, 64), early and
    late in a rollout (constant in t);
-5. with CUDA and mamba-ssm: the cuda backend vs the chunked torch path at L >= 1024.
+5. with CUDA and mamba-ssm: the cuda backend vs the chunked torch path at L >= 1024;
+6. with ``--compare-threading-layers``: the step latencies and the training and no-grad
+   forward times on each of numba's threading layers loadable here (workqueue, omp, tbb), one
+   fresh process per layer (numba picks its layer once per process), as ratios to workqueue.
+
+numba's threading layer is the script's own choice for its process
+(``seqmodels.kernels.set_numba_threading_layer``, ``--threading-layer``, default workqueue as
+the trainer's); seqmodels itself sets none.
 
 Usage::
 
     python benchmarks/seqmodels.py            # full run (a few minutes on 2 cores)
     python benchmarks/seqmodels.py --quick    # smaller sizes, fewer repetitions (smoke test)
     python benchmarks/seqmodels.py --threads 1 --markdown out.md
+    python benchmarks/seqmodels.py --compare-threading-layers --only-layers
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -39,6 +48,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from seqmodels import Mamba, Mamba2  # noqa: E402
+from seqmodels.kernels import (  # noqa: E402
+    numba_threading_layer,
+    set_numba_threading_layer,
+)
 
 D_MODEL, D_STATE, EXPAND = 64, 16, 2
 
@@ -81,6 +94,7 @@ def fwd_bwd(model: Callable, x: torch.Tensor) -> None:
 
 CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
 clock = time.perf_counter
+threading_layer = "workqueue"  # numba's, for this process and the memory subprocesses
 
 
 def time_train(name: str, batch: int, length: int, reps: int) -> float:
@@ -101,6 +115,7 @@ def time_train(name: str, batch: int, length: int, reps: int) -> float:
 def peak_memory_mb(name: str, batch: int, length: int, threads: int) -> float:
     """Extra peak RSS (MB) of one forward + backward, measured in a fresh subprocess."""
     cmd = [sys.executable, __file__, "--_mem-child", name, str(batch), str(length)]
+    cmd += ["--threading-layer", threading_layer]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
     return float(out.stdout.strip().splitlines()[-1])
@@ -199,6 +214,81 @@ def step_latency(name: str, batch: int, steps: int) -> tuple[float, float]:
     return early, late
 
 
+def time_forward(name: str, batch: int, length: int, reps: int) -> float:
+    """Seconds per no-grad forward (best of ``reps`` after a warm-up call)."""
+    model = build(name)
+    x = torch.randn(batch, length, D_MODEL)
+    with torch.no_grad():
+        model(x[:, : min(length, 64)])
+        model(x)
+        best = float("inf")
+        for _ in range(reps):
+            start = clock()
+            model(x)
+            best = min(best, clock() - start)
+    return best
+
+
+LAYERS = ("workqueue", "omp", "tbb")
+
+
+def _layer_child(threads: int | None, quick: bool) -> None:
+    """Print (JSON) step latencies (wall, and CPU time of the process) and training / no-grad
+    forward wall times on this process's threading layer."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    reps = 1 if quick else 3
+    batch, length, steps = (8, 256, 50) if quick else (32, 1024, 300)
+    global clock
+    res: dict[str, float] = {}
+    for n in ("gru", "mamba", "mamba2"):
+        res[f"step {n}"] = step_latency(n, 1024, steps)[1]
+    clock = time.process_time  # CPU of all the process's threads: idle workers' spinning too
+    for n in ("mamba", "mamba2"):
+        res[f"step {n} cpu"] = step_latency(n, 1024, steps)[1]
+    clock = time.perf_counter
+    for n in ("mamba:numba", "mamba2:numba"):
+        res[f"train {n}"] = time_train(n, batch, length, reps)
+        res[f"forward {n}"] = time_forward(n, batch, length, reps)
+    assert numba_threading_layer() == threading_layer, numba_threading_layer()
+    print(json.dumps(res))
+
+
+def compare_threading_layers(threads: int | None, quick: bool, rounds: int, emit: Callable) -> None:
+    """Fresh processes per loadable threading layer, ``rounds`` rounds of all layers in turn
+    (so that load from other processes hits each alike); medians, ratios to workqueue's."""
+    runs: dict[str, list[dict]] = {}
+    for _ in range(rounds):
+        for layer in LAYERS:
+            if layer in runs and not runs[layer]:
+                continue  # not loadable here
+            cmd = [sys.executable, __file__, "--threading-layer", layer, "--_layer-child"]
+            cmd += [] if threads is None else ["--threads", str(threads)]
+            cmd += ["--quick"] if quick else []
+            out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if out.returncode != 0:
+                emit(f"- {layer}: not available here ({out.stderr.strip().splitlines()[-1]})")
+                runs[layer] = []
+                continue
+            runs.setdefault(layer, []).append(json.loads(out.stdout.strip().splitlines()[-1]))
+    results = {
+        layer: {k: statistics.median(r[k] for r in rs) for k in rs[0] if k != "layer"}
+        for layer, rs in runs.items()
+        if rs
+    }
+    if "workqueue" not in results:
+        return
+    base = results["workqueue"]
+    emit("| layer | " + " | ".join(base) + " |")
+    emit("|---" * (len(base) + 1) + "|")
+    for layer, res in results.items():
+        cells = []
+        for k, v in res.items():
+            unit = f"{v * 1e3:.2f} ms" if k.startswith("step") else f"{v:.3f} s"
+            cells.append(unit if layer == "workqueue" else f"{unit} ({v / base[k]:.2f}x)")
+        emit(f"| {layer} | " + " | ".join(cells) + " |")
+
+
 # ------------------------------------------------------------------------------------------
 # main
 # ------------------------------------------------------------------------------------------
@@ -219,13 +309,36 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-chunked", action="store_true", help="skip the torch fallback")
     parser.add_argument("--skip-long", action="store_true", help="skip the L=16384 case")
     parser.add_argument("--markdown", type=Path, default=None, help="also write results here")
+    parser.add_argument(
+        "--threading-layer",
+        choices=LAYERS,
+        default="workqueue",
+        help="numba's threading layer for this process (the trainer's default: workqueue)",
+    )
+    parser.add_argument(
+        "--compare-threading-layers",
+        action="store_true",
+        help="also time steps and forwards on each loadable numba threading layer",
+    )
+    parser.add_argument(
+        "--only-layers", action="store_true", help="run only the threading-layer comparison"
+    )
+    parser.add_argument(
+        "--layer-rounds", type=int, default=3, help="rounds of the layer comparison (median)"
+    )
     parser.add_argument("--_mem-child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--_layer-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    global clock, threading_layer
+    threading_layer = args.threading_layer
+    set_numba_threading_layer(threading_layer)
     if args._mem_child:
         name, b, length = args._mem_child
         _mem_child(name, int(b), int(length))
         return
-    global clock
+    if args._layer_child:
+        _layer_child(args.threads, args.quick)
+        return
     clock = CLOCK[args.clock]
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -242,8 +355,17 @@ def main(argv: list[str] | None = None) -> None:
 
     emit(
         f"torch {torch.__version__}, threads {threads}, cpu count {os.cpu_count()}, clock "
-        f"{args.clock}, load average {os.getloadavg()[0]:.1f}"
+        f"{args.clock}, numba threading layer {args.threading_layer}, load average "
+        f"{os.getloadavg()[0]:.1f}"
     )
+    if args.compare_threading_layers:
+        emit(
+            f"\n## numba threading layers (wall time unless 'cpu': the process's CPU time; step: "
+            f"B=1024, median; train / forward: B={batch} L={length}; ratio to workqueue)"
+        )
+        compare_threading_layers(args.threads, args.quick, args.layer_rounds, emit)
+    if args.only_layers:
+        return
     emit(f"\n## train fwd+bwd, B={batch} L={length} d_model=64 d_state=16 expand=2")
     emit("| model | s / iter | tokens/s |")
     emit("|---|---|---|")

@@ -46,16 +46,18 @@ from seqmodels.mamba import Mamba, Mamba2, _check_resets
 
 KINDS = ("mlp", "gru", "mamba", "mamba2")
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU, "gelu": nn.GELU}
+#: Names accepted by :func:`activation` (and the mlp / gru backbones' ``activation=``).
+ACTIVATIONS = tuple(_ACTIVATIONS)
 
 
 # functional forms of the activation modules (same operation, no module call overhead)
 _FUNCTIONAL = {nn.Tanh: torch.tanh, nn.ReLU: torch.relu, nn.SiLU: F.silu}
 
 
-def _run_mlp(net: nn.Sequential, x: Tensor) -> Tensor:
-    """``net(x)`` for a Sequential of Linear and activation modules, through the functional
-    forms (the same operations; saves the per-module call overhead, which dominates a rollout
-    step's small matmuls)."""
+def run_sequential(net: nn.Sequential, x: Tensor) -> Tensor:
+    """``net(x)`` (its readable twin, equivalence-tested) for a Sequential of Linear and
+    activation modules, through the functional forms: the same operations without the
+    per-module call overhead, which dominates a rollout step's small matmuls."""
     for layer in net:
         kind = type(layer)
         if kind is nn.Linear:
@@ -66,10 +68,16 @@ def _run_mlp(net: nn.Sequential, x: Tensor) -> Tensor:
     return x
 
 
-def _activation(name: str) -> nn.Module:
+def activation(name: str) -> nn.Module:
+    """A new activation module by name: one of :data:`ACTIVATIONS`."""
     if name not in _ACTIVATIONS:
-        raise ValueError(f"activation must be one of {tuple(_ACTIVATIONS)}, got {name!r}")
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {name!r}")
     return _ACTIVATIONS[name]()
+
+
+# alias: marl.policies imports this name, and the backbones' ``activation`` argument shadows
+# the function inside their constructors
+_activation = activation
 
 
 def _check_positive(name: str, value: object) -> int:
@@ -132,14 +140,14 @@ class MLPBackbone(Backbone):
     ) -> tuple[Tensor, tuple[Tensor, ...]]:
         """x ``[B, input_dim]`` -> (y ``[B, hidden_dim]``, ())."""
         x, _ = self._check_step(x, reset)
-        return _run_mlp(self.net, x), ()
+        return run_sequential(self.net, x), ()
 
     def forward(
         self, x: Tensor, state: tuple[Tensor, ...] | None = None, resets: Tensor | None = None
     ) -> tuple[Tensor, tuple[Tensor, ...]]:
         """x ``[B, L, input_dim]`` -> (y ``[B, L, hidden_dim]``, ())."""
         x, _ = self._check_seq(x, state, resets)
-        return _run_mlp(self.net, x), ()
+        return run_sequential(self.net, x), ()
 
 
 class GRUBackbone(Backbone):
@@ -226,8 +234,9 @@ class MambaBackbone(Backbone):
     """
 
     is_recurrent = True
-    # seqmodels' numba CPU kernels run on numba's workqueue threading layer, which terminates
-    # the process when entered from two Python threads at once
+    # seqmodels' numba CPU kernels may run on numba's workqueue threading layer (the trainer
+    # chooses it: seqmodels.kernels.set_numba_threading_layer), which terminates the process
+    # when entered from two Python threads at once
     thread_safe = False
 
     def __init__(
@@ -346,4 +355,14 @@ def make_backbone(kind: str, input_dim: int, hidden_dim: int = 64, **kw: Any) ->
     return MambaBackbone(kind, input_dim, hidden_dim, **kw)
 
 
-__all__ = ["KINDS", "Backbone", "GRUBackbone", "MLPBackbone", "MambaBackbone", "make_backbone"]
+__all__ = [
+    "ACTIVATIONS",
+    "KINDS",
+    "Backbone",
+    "GRUBackbone",
+    "MLPBackbone",
+    "MambaBackbone",
+    "activation",
+    "make_backbone",
+    "run_sequential",
+]

@@ -16,12 +16,16 @@ outputs at t or later: the SSM state is dropped and the causal convolution does 
 from before t (its taps that cross a reset are masked). States are never modified in place.
 
 The scan backend (``backend=`` constructor argument or the ``backend`` attribute) is one of
-:data:`seqmodels.scan.BACKENDS`; see :mod:`seqmodels.scan`. On the numba backend (CPU) the
-sequence forward uses fused kernels with their own backward: the causal conv + SiLU reads the
-in_proj output in place; Mamba folds softplus(dt_proj), the scan, the D skip and the gate into
-one kernel per direction (from ``scan.MAMBA_WINDOWED_MIN_TOKENS`` tokens on, the whole block
-runs in time windows and keeps no ``[B, L, d_inner]`` activation); Mamba2 fuses the D skip into
-the SSD kernels and runs its gated RMSNorm as a kernel. The other backends compose torch ops.
+:data:`seqmodels.scan.BACKENDS`; see :mod:`seqmodels.scan`. Each forward is written as the
+composition of readable ops (:mod:`seqmodels.ops`, :mod:`seqmodels.scan`) whose dispatchers
+run their fused numba twins on the numba backend (CPU); Mamba's forward has in addition one
+fused branch, as mamba-ssm's ``mamba_simple.py``: from
+``kernels.numba_ops.MAMBA_WINDOWED_MIN_TOKENS`` tokens on, the whole block runs in time
+windows (``mamba_block_numba``, twin ``ops.mamba_block_reference``) and keeps no
+``[B, L, d_inner]`` activation.
+
+Inputs must have the dtype of the module's parameters (a clear ValueError otherwise), except
+under ``torch.autocast``.
 """
 
 from __future__ import annotations
@@ -34,17 +38,20 @@ import torch.nn.functional as F
 from einops import rearrange, repeat
 from torch import Tensor, nn
 
-from seqmodels import scan as scan_mod
+from seqmodels.kernels import numba_ops
+from seqmodels.ops import (
+    causal_conv_silu,
+    conv_step_silu,
+    group_rmsnorm,
+    mamba_inner,
+    masked_causal_conv,
+    rmsnorm_gated,
+    rmsnorm_gated_reference,
+)
 from seqmodels.scan import (
     BACKENDS,
     TORCH_CHUNK,
-    conv_silu_numba,
-    conv_step_silu,
-    mamba_block_numba,
-    mamba_inner_numba,
     resolve_backend,
-    rmsnorm_gated_numba,
-    selective_scan,
     selective_state_update_gated,
     ssd_scan,
     ssd_state_update,
@@ -54,11 +61,13 @@ State = tuple[Tensor, Tensor]
 
 
 # --------------------------------------------------------------------------------------------
-# shared helpers: input validation, masked causal convolution
+# shared helpers: input validation, resets
 # --------------------------------------------------------------------------------------------
 
 
-def _check_x(x: object, d_model: int, rank: int, name: str) -> Tensor:
+def _check_x(x: object, d_model: int, rank: int, name: str, param_dtype: torch.dtype) -> Tensor:
+    """x as a tensor of shape ``[B, L, d_model]`` (rank 3) or ``[B, d_model]`` (rank 2) and
+    of the parameters' dtype (any floating dtype under ``torch.autocast``)."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != rank:
@@ -68,7 +77,18 @@ def _check_x(x: object, d_model: int, rank: int, name: str) -> Tensor:
         raise ValueError(f"{name}'s last dimension must be d_model={d_model}, got {x.shape[-1]}")
     if not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+    if x.dtype != param_dtype and not torch.is_autocast_enabled(x.device.type):
+        raise ValueError(
+            f"{name} has dtype {x.dtype} but the module's parameters are {param_dtype}: convert "
+            f"the input ({name}.to({param_dtype})) or the module (module.to({x.dtype}))"
+        )
     return x
+
+
+def _zero_rows(state: Tensor, reset: Tensor) -> Tensor:
+    """state ``[B, ...]`` with the rows where ``reset [B]`` is true replaced by zeros (a
+    replacement, not a product: a NaN or inf in a reset row does not survive)."""
+    return state.masked_fill(reset.view(reset.shape[0], *([1] * (state.dim() - 1))), 0)
 
 
 def _check_resets(resets: object, shape: tuple[int, ...], name: str) -> Tensor | None:
@@ -107,89 +127,6 @@ def _check_state(state: object, expected: Sequence[tuple[int, ...]], batch: int)
                 "(a state from another configuration or batch size?)"
             )
     return state[0], state[1]
-
-
-def _segment_ids(resets: Tensor | None, batch: int, length: int, device: torch.device) -> Tensor:
-    """[B, L] episode index within the window: number of resets at or before t."""
-    if resets is None:
-        return torch.zeros(batch, length, dtype=torch.long, device=device)
-    return torch.cumsum(resets.to(torch.long), dim=1)
-
-
-def masked_causal_conv(
-    x: Tensor, conv_state: Tensor, weight: Tensor, bias: Tensor | None, resets: Tensor | None
-) -> tuple[Tensor, Tensor]:
-    """Depthwise causal convolution that does not look across episode resets.
-
-    Args:
-        x: ``[B, L, C]`` new inputs.
-        conv_state: ``[B, C, W]`` the previous W raw inputs (mamba-ssm layout; the last column is
-            the most recent), already zeroed before any earlier reset.
-        weight: ``[C, 1, W]`` (``nn.Conv1d`` depthwise weight); tap W-1 reads the current input.
-        bias: ``[C]`` or None.
-        resets: ``[B, L]`` bool or None.
-
-    Returns:
-        out ``[B, L, C]`` (before the activation) and the new conv state ``[B, C, W]`` (the last W
-        inputs, zeroed where they precede the last reset).
-    """
-    batch, length, _ = x.shape
-    width = weight.shape[-1]
-    if length == 0:
-        return x, conv_state
-    history = conv_state.transpose(1, 2).to(x.dtype)  # [B, W, C]
-    padded = torch.cat([history[:, 1:], x], dim=1)  # [B, W-1+L, C]
-    w = weight[:, 0, :].to(x.dtype)  # [C, W]
-    if resets is None:
-        # no episode boundary: one depthwise conv1d over [history, x] (fewer passes than taps)
-        # (bias inside the conv; one copy back to [B, L, C]-contiguous so that the activation,
-        # x_proj and the scan kernels downstream read contiguous memory and copy nothing)
-        out = (
-            F.conv1d(
-                padded.transpose(1, 2),
-                weight.to(x.dtype),
-                None if bias is None else bias.to(x.dtype),
-                groups=weight.shape[0],
-            )
-            .transpose(1, 2)
-            .contiguous()
-        )
-        full = torch.cat([history, x], dim=1)[:, -width:]  # [B, W, C]
-        return out, full.transpose(1, 2).to(conv_state.dtype)
-    seg = _segment_ids(resets, batch, length, x.device)
-    out = x * w[:, width - 1]
-    for k in range(width - 1):
-        # tap k reads the input (W-1-k) steps back: padded index t + k for output t
-        tap = padded[:, k : k + length] * w[:, k]
-        if resets is not None:
-            lag = width - 1 - k
-            seg_pad = F.pad(seg, (lag, 0), value=0)[:, :length]  # episode index at t - lag
-            tap = tap * (seg_pad == seg).unsqueeze(-1).to(x.dtype)
-        out = out + tap
-    if bias is not None:
-        out = out + bias.to(x.dtype)
-    full = torch.cat([history, x], dim=1)[:, -width:]  # [B, W, C]
-    if resets is not None:
-        seg_full = torch.cat([seg.new_zeros(batch, width), seg], dim=1)[:, -width:]
-        full = full * (seg_full == seg[:, -1:]).unsqueeze(-1).to(full.dtype)
-    return out, full.transpose(1, 2).to(conv_state.dtype)
-
-
-def causal_conv_silu(
-    x: Tensor,
-    conv_state: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    resets: Tensor | None,
-    backend: str = "auto",
-) -> tuple[Tensor, Tensor]:
-    """``silu`` of :func:`masked_causal_conv` (same arguments and state). On the numba
-    backend one compiled kernel per direction in the [B, L, C] layout, reading x in place when
-    it is a channel slice of the in_proj output; torch ops elsewhere."""
-    if x.shape[1] > 0 and resolve_backend(backend, x.device, x.dtype) == "numba":
-        return conv_silu_numba(x, conv_state, weight, bias, resets)
-    out, new_state = masked_causal_conv(x, conv_state, weight, bias, resets)
-    return F.silu(out), new_state
 
 
 def _inv_softplus_dt(n: int, dt_min: float, dt_max: float, dt_init_floor: float, **factory):
@@ -351,7 +288,7 @@ class Mamba(nn.Module):
         Returns:
             y ``[B, L, d_model]`` and the state after the last step.
         """
-        x = _check_x(x, self.d_model, 3, "x")
+        x = _check_x(x, self.d_model, 3, "x", self.in_proj.weight.dtype)
         batch, length, _ = x.shape
         resets = _check_resets(resets, (batch, length), "resets")
         if state is None:
@@ -360,12 +297,12 @@ class Mamba(nn.Module):
         else:
             conv_state, ssm_state = _check_state(state, self._state_shapes(), batch)
             h0 = ssm_state.to(x.dtype)
-
         A = -torch.exp(self.A_log.to(x.dtype))
-        fused = length > 0 and resolve_backend(self.backend, x.device, x.dtype) == "numba"
-        if fused and batch * length >= scan_mod.MAMBA_WINDOWED_MIN_TOKENS:
-            # the whole block in time windows, fused kernels, no [B, L, d_inner] activation kept
-            out, new_conv, h_last = mamba_block_numba(
+        backend = resolve_backend(self.backend, x.device, x.dtype)
+        tokens = batch * length
+        if backend == "numba" and tokens > 0 and tokens >= numba_ops.MAMBA_WINDOWED_MIN_TOKENS:
+            # fused branch: the whole block in time windows, no [B, L, d_inner] activation kept
+            out, new_conv, h_last = numba_ops.mamba_block_numba(
                 x,
                 conv_state,
                 ssm_state if h0 is None else h0,
@@ -379,33 +316,24 @@ class Mamba(nn.Module):
                 (self.out_proj.weight, self.out_proj.bias),
             )
             return out, (new_conv.to(conv_state.dtype), h_last.to(ssm_state.dtype))
-        xz = self.in_proj(x)  # [B, L, 2 * d_inner]
-        xs, z = xz.chunk(2, dim=-1)
+        # composed branch (its ops run their fused numba twins on the numba backend)
+        xs, z = self.in_proj(x).chunk(2, dim=-1)  # [B, L, d_inner] each
         xs, new_conv = causal_conv_silu(
-            xs, conv_state, self.conv1d.weight, self.conv1d.bias, resets, self.backend
+            xs, conv_state, self.conv1d.weight, self.conv1d.bias, resets, backend
         )
-        x_dbl = self.x_proj(xs)
-        dt, Bm, Cm = torch.split(x_dbl, [self.dt_rank, self.d_state, self.d_state], dim=-1)
-        if fused:
-            # softplus(dt_proj), scan, D skip and gate in one kernel per direction
-            y, h_last = mamba_inner_numba(
-                xs, dt, self.dt_proj.weight, self.dt_proj.bias, A, Bm, Cm, z, self.D, h0, resets
-            )
-        else:
-            delta = F.softplus(F.linear(dt, self.dt_proj.weight) + self.dt_proj.bias.to(x.dtype))
-            y, h_last = selective_scan(
-                xs, delta, A, Bm, Cm, h0=h0, resets=resets, backend=self.backend
-            )
-            y = (y + xs * self.D.to(x.dtype)) * self.act(z)
-        out = self.out_proj(y)
-        return out, (new_conv, h_last.to(ssm_state.dtype))
+        dt, Bm, Cm = self.x_proj(xs).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        y, h_last = mamba_inner(
+            xs, dt, self.dt_proj.weight, self.dt_proj.bias, A, Bm, Cm, z, self.D, h0, resets,
+            backend,
+        )  # fmt: skip
+        return self.out_proj(y), (new_conv, h_last.to(ssm_state.dtype))
 
     def step(
         self, x: Tensor, state: State | None = None, reset: Tensor | None = None
     ) -> tuple[Tensor, State]:
         """One step (rollouts). x ``[B, d_model]``, state as :meth:`initial_state`, reset
         ``[B]`` bool (zero that row's state first). Returns (y ``[B, d_model]``, new state)."""
-        x = _check_x(x, self.d_model, 2, "x")
+        x = _check_x(x, self.d_model, 2, "x", self.in_proj.weight.dtype)
         batch = x.shape[0]
         reset = _check_resets(reset, (batch,), "reset")
         if state is None:
@@ -413,9 +341,7 @@ class Mamba(nn.Module):
         else:
             conv_state, ssm_state = _check_state(state, self._state_shapes(), batch)
         if reset is not None:
-            keep = (~reset).to(ssm_state.dtype)
-            conv_state = conv_state * keep[:, None, None].to(conv_state.dtype)
-            ssm_state = ssm_state * keep[:, None, None]
+            conv_state, ssm_state = _zero_rows(conv_state, reset), _zero_rows(ssm_state, reset)
         xz = self.in_proj(x)
         xs, z = xz.chunk(2, dim=-1)
         xs, conv_state = conv_step_silu(
@@ -476,14 +402,10 @@ class RMSNormGated(nn.Module):
 
     def forward(self, x: Tensor, z: Tensor | None = None) -> Tensor:
         """x, z: ``[..., hidden_size]`` -> ``[..., hidden_size]``."""
-        if z is not None and not self.norm_before_gate:
-            x = x * F.silu(z)
-        grouped = rearrange(x, "... (g d) -> ... g d", d=self.group_size)
-        rstd = torch.rsqrt(grouped.pow(2).mean(dim=-1, keepdim=True) + self.eps)
-        out = rearrange(grouped * rstd, "... g d -> ... (g d)") * self.weight.to(x.dtype)
-        if z is not None and self.norm_before_gate:
-            out = out * F.silu(z)
-        return out
+        if z is None:
+            return group_rmsnorm(x, self.weight, self.group_size, self.eps)
+        args = (self.weight, self.group_size, self.eps, self.norm_before_gate)
+        return rmsnorm_gated_reference(x, z, *args)
 
 
 class Mamba2(nn.Module):
@@ -672,25 +594,19 @@ class Mamba2(nn.Module):
             dt = dt.clamp(min=self.dt_limit[0], max=self.dt_limit[1])
         return dt
 
-    def _fused_cpu(self, x: Tensor) -> bool:
-        """True when this module's backend means the numba kernels for tensors like x."""
-        return resolve_backend(self.backend, x.device, x.dtype) == "numba"
-
     def _skip(self, x: Tensor) -> Tensor:
         """D skip term for x ``[..., nheads, headdim]``."""
-        D = self.D.to(x.dtype)
-        if self.D_has_hdim:
-            return x * D.view(self.nheads, self.headdim)
-        return x * D.view(self.nheads, 1)
+        return x * self.D.to(x.dtype).view(self.nheads, -1)
 
     def _output(self, y: Tensor, z: Tensor, z0: Tensor, x0: Tensor) -> Tensor:
-        if self.rmsnorm and y.dim() == 3 and z.dim() == 3 and self._fused_cpu(y):
+        """The gated norm (or gate), the gated MLP channels, out_proj: y, z ``[..., d_ssm]``,
+        z0, x0 ``[..., d_inner - d_ssm]`` -> ``[..., d_model]``."""
+        if self.rmsnorm:
             norm = self.norm
-            y = rmsnorm_gated_numba(
-                y, z, norm.weight, norm.group_size, norm.eps, norm.norm_before_gate
-            )
+            args = (norm.weight, norm.group_size, norm.eps, norm.norm_before_gate)
+            y = rmsnorm_gated(y, z, *args, backend=_step_backend(self.backend, y))
         else:
-            y = self.norm(y, z) if self.rmsnorm else y * self.act(z)
+            y = y * F.silu(z)
         if self.d_inner > self.d_ssm:
             y = torch.cat([F.silu(z0) * x0, y], dim=-1)
         return self.out_proj(y)
@@ -711,7 +627,7 @@ class Mamba2(nn.Module):
         Returns:
             y ``[B, L, d_model]`` and the state after the last step.
         """
-        x = _check_x(x, self.d_model, 3, "x")
+        x = _check_x(x, self.d_model, 3, "x", self.in_proj.weight.dtype)
         batch, length, _ = x.shape
         resets = _check_resets(resets, (batch, length), "resets")
         if state is None:
@@ -752,7 +668,7 @@ class Mamba2(nn.Module):
     ) -> tuple[Tensor, State]:
         """One step (rollouts). x ``[B, d_model]``, state as :meth:`initial_state`, reset
         ``[B]`` bool (zero that row's state first). Returns (y ``[B, d_model]``, new state)."""
-        x = _check_x(x, self.d_model, 2, "x")
+        x = _check_x(x, self.d_model, 2, "x", self.in_proj.weight.dtype)
         batch = x.shape[0]
         reset = _check_resets(reset, (batch,), "reset")
         if state is None:
@@ -760,9 +676,7 @@ class Mamba2(nn.Module):
         else:
             conv_state, ssm_state = _check_state(state, self._state_shapes(), batch)
         if reset is not None:
-            keep = (~reset).to(ssm_state.dtype)
-            conv_state = conv_state * keep[:, None, None].to(conv_state.dtype)
-            ssm_state = ssm_state * keep[:, None, None, None]
+            conv_state, ssm_state = _zero_rows(conv_state, reset), _zero_rows(ssm_state, reset)
         z0, x0, z, xBC, dt = self._split_in_proj(self.in_proj(x))
         xBC, conv_state = conv_step_silu(
             conv_state, xBC, self.conv1d.weight, self.conv1d.bias, _step_backend(self.backend, x)

@@ -16,16 +16,19 @@ import torch
 
 from seqmodels import Mamba, Mamba2, RMSNormGated, make_backbone
 from seqmodels import scan as scan_mod
-from seqmodels.mamba import masked_causal_conv
-from seqmodels.scan import (
+from seqmodels.kernels import numba_ops
+from seqmodels.kernels.numba_ops import (
     conv_silu_numba,
     mamba_inner_numba,
     rmsnorm_gated_numba,
-    selective_scan,
     selective_scan_numba,
+    ssd_scan_numba,
+)
+from seqmodels.ops import conv_silu_reference
+from seqmodels.scan import (
+    selective_scan,
     selective_scan_reference,
     ssd_scan,
-    ssd_scan_numba,
     ssd_scan_reference,
 )
 
@@ -80,7 +83,7 @@ def _outputs_and_grads(fn, args, backend):
 @pytest.mark.parametrize("kind", ["mamba", "ssd"])
 def test_scan_matches_reference_float64(backend, kind, monkeypatch):
     # small checkpoint interval so the numba backward crosses several recomputed chunks
-    monkeypatch.setattr(scan_mod, "NUMBA_CHECKPOINT_EVERY", 16)
+    monkeypatch.setattr(numba_ops, "NUMBA_CHECKPOINT_EVERY", 16)
     fn, args = (selective_scan, _mamba_inputs()) if kind == "mamba" else (ssd_scan, _ssd_inputs())
     y_ref, h_ref, g_ref = _outputs_and_grads(fn, args, "reference")
     y, h, grads = _outputs_and_grads(fn, args, backend)
@@ -115,7 +118,7 @@ def test_numba_float32_close_to_float64_reference(kind):
 
 @pytest.mark.parametrize("kind", ["mamba", "ssd"])
 def test_numba_gradcheck(kind, monkeypatch):
-    monkeypatch.setattr(scan_mod, "NUMBA_CHECKPOINT_EVERY", 3)
+    monkeypatch.setattr(numba_ops, "NUMBA_CHECKPOINT_EVERY", 3)
     if kind == "mamba":
         args = _mamba_inputs(B=2, L=7, D=2, N=3, seed=3, reset_p=0.2)
         fn = selective_scan_numba
@@ -424,7 +427,7 @@ def _assert_same(got, want, names, tol=1e-10):
 @pytest.mark.parametrize("length", [1, 2, 3, 9, 40])
 @pytest.mark.parametrize("use_bias", [True, False])
 @pytest.mark.parametrize("as_slice", [True, False])
-def test_conv_silu_numba_matches_masked_conv(length, use_bias, as_slice):
+def test_conv_silu_numba_matches_its_twin(length, use_bias, as_slice):
     g = _gen(length)
     B, C, W, S = 3, 5, 4, 11
     src = torch.randn(B, length, S, generator=g, dtype=F64, requires_grad=True)
@@ -437,11 +440,8 @@ def test_conv_silu_numba_matches_masked_conv(length, use_bias, as_slice):
     def run(fast):
         buf = src * 1.0  # a non-leaf [B, L, S] buffer: x is read in place as its channel slice
         x = buf[..., 4 : 4 + C] if as_slice else buf[..., 4 : 4 + C].contiguous()
-        if fast:
-            out, new_state = conv_silu_numba(x, state, weight, bias, resets)
-        else:
-            pre, new_state = masked_causal_conv(x, state, weight, bias, resets)
-            out = torch.nn.functional.silu(pre)
+        fn = conv_silu_numba if fast else conv_silu_reference
+        out, new_state = fn(x, state, weight, bias, resets)
         return [out, new_state, *_loss_and_grads([out, new_state], leaves)]
 
     names = ["out", "state", "d src", "d state", "d weight", "d bias"][: 2 + len(leaves)]
@@ -499,7 +499,7 @@ INNER_NAMES = ["u", "dt_low", "dt_weight", "dt_bias", "A", "B", "C", "z buffer",
 def test_mamba_inner_numba_matches_reference_float64(monkeypatch):
     # several recomputed checkpoint chunks, resets, an initial state, z read in place from a
     # [B, L, 2D] buffer, gradients w.r.t. every input
-    monkeypatch.setattr(scan_mod, "NUMBA_CHECKPOINT_EVERY", 16)
+    monkeypatch.setattr(numba_ops, "NUMBA_CHECKPOINT_EVERY", 16)
     args, resets = _inner_inputs()
     D = args[0].shape[-1]
 
@@ -540,7 +540,7 @@ def test_numba_fast_exp_float32_accuracy():
     # relative) of the float64 exp wherever exp is a normal float, 0 (or a positive value below
     # the smallest normal, 1.2e-38) where it underflows, never negative / NaN / inf.
     numba = pytest.importorskip("numba")
-    from seqmodels._numba_kernels import fexp, fexp2
+    from seqmodels.kernels.numba_jit import fexp, fexp2
 
     @numba.njit
     def apply(x, base2):
@@ -568,7 +568,7 @@ def test_numba_fast_exp_float32_accuracy():
 
 @pytest.mark.parametrize("d_shape", ["head", "channel"])
 def test_ssd_numba_with_D_matches_reference(d_shape, monkeypatch):
-    monkeypatch.setattr(scan_mod, "NUMBA_CHECKPOINT_EVERY", 16)
+    monkeypatch.setattr(numba_ops, "NUMBA_CHECKPOINT_EVERY", 16)
     args = _ssd_inputs()
     H, P = args[0].shape[2:]
     Dv = torch.randn((H,) if d_shape == "head" else (H, P), generator=_gen(9), dtype=F64)
@@ -583,7 +583,7 @@ def test_ssd_numba_with_D_matches_reference(d_shape, monkeypatch):
 
 
 def test_fused_kernels_gradcheck(monkeypatch):
-    monkeypatch.setattr(scan_mod, "NUMBA_CHECKPOINT_EVERY", 3)
+    monkeypatch.setattr(numba_ops, "NUMBA_CHECKPOINT_EVERY", 3)
     args, resets = _inner_inputs(B=2, L=7, D=2, N=2, R=1, seed=3)
     resets[1, 4] = True
     D = args[0].shape[-1]
@@ -649,8 +649,8 @@ def test_module_fused_path_gradients_all_inputs(kind_cfg, window_tokens, monkeyp
     # norm) against the reference backend: outputs, both returned states, and gradients
     # w.r.t. the input, both initial states and every parameter
     if window_tokens is not None:
-        monkeypatch.setattr(scan_mod, "MAMBA_WINDOWED_MIN_TOKENS", 0)
-        monkeypatch.setattr(scan_mod, "MAMBA_BLOCK_TOKENS", window_tokens)
+        monkeypatch.setattr(numba_ops, "MAMBA_WINDOWED_MIN_TOKENS", 0)
+        monkeypatch.setattr(numba_ops, "MAMBA_BLOCK_TOKENS", window_tokens)
     kind, cfg = kind_cfg
     torch.manual_seed(3)
     m = (Mamba if kind == "mamba" else Mamba2)(dtype=F64, **cfg)

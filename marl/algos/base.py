@@ -137,6 +137,14 @@ class BaseConfig:
         "and robust on shared machines (more threads spin and contend).",
     )
     progress: bool = _f(True, "Show a tqdm progress bar with key figures.")
+    numba_threading_layer: str = _f(
+        "workqueue",
+        "numba's threading layer for this process (seqmodels' mamba kernels, whitening): "
+        "'workqueue' sleeps idle workers (Mamba.step about 7-8x faster than 'omp', whose idle "
+        "workers busy-wait); 'omp' is thread-safe; 'tbb' needs the tbb package; 'default' "
+        "leaves numba's own choice. Set once per process, before the first kernel runs.",
+        choices=("workqueue", "omp", "tbb", "default"),
+    )
     # ---- environment -----------------------------------------------------------------------
     env_fn: str = _f(
         "envs.multisearch_v0:vector_env",
@@ -186,11 +194,12 @@ class BaseConfig:
     max_grad_norm: float | None = _f(10.0, "Gradient-norm clip (None: off).")
     parallel_update: bool = _f(
         True,
-        "Run the independent parts of an update in threads on separate cores: each agent "
-        "type's actor forward/backward side by side (mlp and gru backbones), and (MAPPO) the "
-        "critic's value epochs alongside the policy epochs. Identical results either way (the "
-        "parts are combined in a fixed order; the critic's minibatch order is drawn before "
-        "the policy's). Distributed runs keep the parts in order, so that collectives match.",
+        "Run the independent parts of an update in threads on separate cores: MAPPO runs the "
+        "critic's value epochs alongside the policy epochs; GRPO (no critic) each agent "
+        "type's actor forward/backward side by side (mlp and gru backbones). Identical "
+        "results either way (the parts are combined in a fixed order; the critic's minibatch "
+        "order is drawn before the policy's). Distributed runs keep the parts in order, so "
+        "that collectives match.",
     )
     # ---- advantages and whitening ----------------------------------------------------------
     whitening: str = _f(

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from marl.algos.base import (
     Algorithm,
@@ -44,7 +44,14 @@ from marl.algos.base import (
 )
 from marl.algos.base import _check as check_value
 from marl.algos.parallel import side_by_side
-from marl.algos.ppo import Minibatch, PolicyUpdate, PPOLossConfig, stack_windows, window_plan
+from marl.algos.ppo import (
+    Minibatch,
+    PolicyUpdate,
+    PPOLossConfig,
+    clip_and_step,
+    stack_windows,
+    window_plan,
+)
 from marl.collect import RolloutBatch, RolloutCollector
 from marl.core.advantages import gae, shape_with_penalty
 from marl.core.losses import (
@@ -215,7 +222,9 @@ class MAPPO(Algorithm):
             epochs=cfg.epochs,
             num_minibatches=cfg.num_minibatches,
             max_grad_norm=cfg.max_grad_norm,
-            parallel=cfg.parallel_update,
+            # the critic's epochs run beside the policy's (1.10x an iteration); each agent
+            # type's actor in its own thread adds nothing on top of that (1.00x, BENCHMARKS.md)
+            parallel=False,
             offset=self.offset,
             ctx=ctx,
         )
@@ -520,11 +529,11 @@ class MAPPO(Algorithm):
                 loss.backward()
                 if self.distributed:
                     average_gradients(params, self.ctx, weight=float(len(idx)))
-                max_norm = math.inf if cfg.max_grad_norm is None else cfg.max_grad_norm
-                grad_norm = float(nn.utils.clip_grad_norm_(params, max_norm))
+                grad_norm = clip_and_step(
+                    self.critic_opt, params, cfg.max_grad_norm, self.policy_update.fast_step
+                )
                 if not math.isfinite(grad_norm):
                     raise NonFiniteError("grad_norm (value)")
-                self.critic_opt.step()
                 total += loss.item()
                 grad_norms += grad_norm
                 steps += 1

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from marl.algos.parallel import side_by_side
 from marl.core.advantages import kl_k3
+from marl.core.kernels.optim import clip_and_adam_step
 from marl.core.losses import NonFiniteError, OptimismOffset, ppo_stats, ppo_surrogate
 from marl.policies import MultiAgentPolicy, TypeActor
 from marl.run.distributed import DistContext, average_gradients
@@ -36,6 +37,7 @@ __all__ = [
     "ppo_loss",
     "PolicyUpdate",
     "ExtraTerms",
+    "clip_and_step",
     "minibatch_indices",
     "stack_windows",
     "window_plan",
@@ -146,6 +148,23 @@ def ppo_loss(
     return losses
 
 
+def clip_and_step(
+    optimizer: torch.optim.Optimizer,
+    params: list[nn.Parameter],
+    max_norm: float | None,
+    fast: bool = True,
+) -> float:
+    """Clip the gradients' total norm to ``max_norm`` (None: no clip) and take the optimiser
+    step; returns the norm before clipping. ``fast``: the same two operations through
+    :func:`marl.core.kernels.optim.clip_and_adam_step` (bit-identical, tested; about a tenth
+    of an iteration faster on CPU, BENCHMARKS.md)."""
+    if fast:
+        return clip_and_adam_step(optimizer, params, max_norm)
+    norm = nn.utils.clip_grad_norm_(params, math.inf if max_norm is None else max_norm)
+    optimizer.step()
+    return float(norm)
+
+
 def minibatch_indices(num_units: int, num_minibatches: int) -> list[Tensor]:
     """A random permutation of the units cut into ``num_minibatches`` (the last may be
     smaller), drawn from torch's global generator."""
@@ -179,6 +198,8 @@ class PolicyUpdate:
     ) -> None:
         self.policy, self.offset, self.ctx = policy, offset, ctx
         self.extra_terms = extra_terms
+        #: the optimiser step through marl.core.kernels.optim (same arithmetic, fewer ops)
+        self.fast_step = True
         self.epochs, self.num_minibatches = epochs, num_minibatches
         self.max_grad_norm = max_grad_norm
         self.params = list(policy.parameters()) + (
@@ -229,11 +250,9 @@ class PolicyUpdate:
             # each rank's loss is a mean over its own samples: the mean weighted by the
             # sample counts is the gradient of the mean over the concatenated batch
             average_gradients(self.params, self.ctx, weight=float(n_valid))
-        max_norm = math.inf if self.max_grad_norm is None else self.max_grad_norm
-        grad_norm = float(nn.utils.clip_grad_norm_(self.params, max_norm))
+        grad_norm = clip_and_step(self.optimizer, self.params, self.max_grad_norm, self.fast_step)
         if not math.isfinite(grad_norm):
             raise NonFiniteError("grad_norm (policy)")
-        self.optimizer.step()
         return self._metrics(batch, parts, coef, count, grad_norm)
 
     def _losses_and_backward(

@@ -82,6 +82,7 @@ RESUME_CHANGEABLE: frozenset[str] = frozenset(
         "device",
         "torch_threads",
         "parallel_update",
+        "numba_threading_layer",
     }
 )
 

@@ -1,16 +1,22 @@
-"""numba CPU kernels for :mod:`seqmodels.scan` (imported lazily: numba is needed only here).
+"""The compiled numba loops behind :mod:`seqmodels.kernels.numba_ops` (imported lazily from there:
+numba is needed only here). Importing this module compiles nothing (numba compiles, or loads from
+its disk cache, on a kernel's first call) and changes no numba setting.
 
 Forward kernels return the outputs, the last state and the states at every ``every``-th step
 (checkpoints, ``[B, L / every, ...]``); backward kernels recompute one chunk of states at a
 time from those checkpoints and run the reverse recurrence. Parallel over the batch rows (each
 thread owns its rows, so the sums over channels into dB / dC need no atomics); the gradient of
 A is returned per row and summed by the caller.
+
+Resets (``keep[b, t] == 0``): the state a reset step starts from is replaced by zeros (the
+forward kernels zero it; the backward kernels, which keep the state before the step for the
+step before, read a zero array instead), never multiplied by 0: a NaN or inf before a reset
+reaches neither the outputs and states from it on nor the gradients of the inputs from it on.
 """
 
 from __future__ import annotations
 
 import math
-import os
 
 import numba
 import numpy as np
@@ -25,17 +31,6 @@ prange = numba.prange
 # emit vfmadd on AVX2 (measured: ~1.25x on the scan kernels). The reassociating flags are not
 # used, so float64 results stay within 1e-10 of the reference loop.
 _FM = {"contract"}
-
-# numba's default threading layer here is GNU OpenMP, whose idle workers busy-wait after each
-# parallel kernel and steal the core from the torch ops that follow (measured: a Mamba.step
-# at B=1024 went from ~12 ms to ~110 ms of CPU). The workqueue layer's workers sleep. The
-# kernels hold the GIL, so two Python threads never launch them concurrently (workqueue's one
-# restriction). A user's NUMBA_THREADING_LAYER wins. (Set through the environment: numba
-# re-reads its configuration from it when it compiles.)
-if "NUMBA_THREADING_LAYER" not in os.environ:
-    os.environ["NUMBA_THREADING_LAYER"] = "workqueue"
-    numba.config.reload_config()
-
 
 # --- vectorisable exp -----------------------------------------------------------------------
 # fexp(x) = 2^k * exp(r), k = round(x / ln2), r = x - k ln2 (Cody-Waite split of ln2); fexp2(t)
@@ -348,6 +343,7 @@ def mamba_bwd_t(u, delta, At, Bm, Cm, keep, ckpt, dy, dh_last, every):
         dxs = np.empty(d_inner, dtype=u.dtype)
         prod_b = np.empty(d_inner, dtype=u.dtype)
         prod_c = np.empty(d_inner, dtype=u.dtype)
+        zero_state = np.zeros((d_state, d_inner), dtype=u.dtype)
         dA_b = dA[b]
         for c in range(n_ckpt - 1, -1, -1):
             start = c * every
@@ -356,6 +352,7 @@ def mamba_bwd_t(u, delta, At, Bm, Cm, keep, ckpt, dy, dh_last, every):
             for i in range(stop - start):
                 t = start + i
                 k = keep[b, t]
+                h_prev = hs[i] if k != 0 else zero_state  # (see the module docstring)
                 for d in range(d_inner):
                     dl[d] = delta[b, t, d]
                     dtu[d] = delta[b, t, d] * u[b, t, d]
@@ -364,9 +361,10 @@ def mamba_bwd_t(u, delta, At, Bm, Cm, keep, ckpt, dy, dh_last, every):
                     for d in range(d_inner):
                         a = k * fexp(dl[d] * At[n, d])
                         decays[i, n, d] = a
-                        hs[i + 1, n, d] = a * hs[i, n, d] + dtu[d] * bn
+                        hs[i + 1, n, d] = a * h_prev[n, d] + dtu[d] * bn
             for i in range(stop - start - 1, -1, -1):
                 t = start + i
+                h_prev = hs[i] if keep[b, t] != 0 else zero_state
                 for d in range(d_inner):
                     dtu[d] = delta[b, t, d] * u[b, t, d]
                     ddt[d] = 0
@@ -379,7 +377,7 @@ def mamba_bwd_t(u, delta, At, Bm, Cm, keep, ckpt, dy, dh_last, every):
                         ghn = gh[n, d] + g * cn
                         prod_c[d] = g * hs[i + 1, n, d]
                         a = decays[i, n, d]
-                        tmp = ghn * hs[i, n, d] * a
+                        tmp = ghn * h_prev[n, d] * a
                         ddt[d] += tmp * At[n, d] + ghn * u[b, t, d] * bn
                         dA_b[n, d] += tmp * delta[b, t, d]
                         prod_b[d] = ghn * dtu[d]
@@ -428,10 +426,11 @@ def ssd_fwd_t(x, dt, A, Dq, Bm, Cm, keep, h0, every):
         for t in range(length):
             if t % every == 0:
                 ckpt[b, t // every] = h
-            k = keep[b, t]
+            if keep[b, t] == 0:
+                h[:, :, :] = 0  # replaced, not multiplied by 0: a NaN before t stays there
             for hh in range(nheads):
                 dtv = dt[b, t, hh]
-                a = k * math.exp(dtv * A[hh])
+                a = math.exp(dtv * A[hh])
                 for p in range(hh * headdim, (hh + 1) * headdim):
                     aq[p] = a
                     dtx[p] = dtv * x[b, t, p]
@@ -488,6 +487,7 @@ def ssd_bwd_t(x, dt, A, Dq, Bm, Cm, keep, ckpt, dy, dh_last, every):
         prod_x = np.empty(channels, dtype=x.dtype)
         prod_b = np.empty(q_len, dtype=x.dtype)
         prod_c = np.empty(q_len, dtype=x.dtype)
+        zero_state = np.zeros((ngroups, d_state, q_len), dtype=x.dtype)
         dD_b = dD[b]
         dA_b = dA[b]
         for c in range(n_ckpt - 1, -1, -1):
@@ -497,6 +497,7 @@ def ssd_bwd_t(x, dt, A, Dq, Bm, Cm, keep, ckpt, dy, dh_last, every):
             for i in range(stop - start):
                 t = start + i
                 k = keep[b, t]
+                h_prev = hs[i] if k != 0 else zero_state  # (see the module docstring)
                 for hh in range(nheads):
                     dtv = dt[b, t, hh]
                     a = k * math.exp(dtv * A[hh])
@@ -509,9 +510,10 @@ def ssd_bwd_t(x, dt, A, Dq, Bm, Cm, keep, ckpt, dy, dh_last, every):
                     for n in range(d_state):
                         bn = Bm[b, t, g, n]
                         for q in range(q_len):
-                            hs[i + 1, g, n, q] = ag[q] * hs[i, g, n, q] + dg[q] * bn
+                            hs[i + 1, g, n, q] = ag[q] * h_prev[g, n, q] + dg[q] * bn
             for i in range(stop - start - 1, -1, -1):
                 t = start + i
+                h_prev = hs[i] if keep[b, t] != 0 else zero_state
                 for hh in range(nheads):
                     dtv = dt[b, t, hh]
                     for p in range(hh * headdim, (hh + 1) * headdim):
@@ -531,7 +533,7 @@ def ssd_bwd_t(x, dt, A, Dq, Bm, Cm, keep, ckpt, dy, dh_last, every):
                     dpg = dprev[lo:hi]
                     ghg = gh[g]
                     h_now = hs[i + 1, g]
-                    h_before = hs[i, g]
+                    h_before = h_prev[g]
                     for n in range(d_state):
                         bn = Bm[b, t, g, n]
                         cn = Cm[b, t, g, n]
@@ -1080,6 +1082,7 @@ def mamba_fused_bwd(
         yacc = np.empty(d_inner, dtype=u.dtype)
         ddt = np.empty(d_inner, dtype=u.dtype)
         dxs = np.empty(d_inner, dtype=u.dtype)
+        zero_state = np.zeros((d_state, d_inner), dtype=u.dtype)
         dA_b = dA[b]
         dW_b = dWt[b]
         db_b = ddbias[b]
@@ -1091,6 +1094,7 @@ def mamba_fused_bwd(
             for i in range(stop - start):
                 t = start + i
                 k = keep[b, t]
+                h_prev = hs[i] if k != 0 else zero_state  # (see the module docstring)
                 ur = u[b, t]
                 for d in range(d_inner):
                     dl[d] = dbias[d]
@@ -1111,7 +1115,7 @@ def mamba_fused_bwd(
                     for d in range(d_inner):
                         a = k * fexp2(deltas[i, d] * an2[d])
                         decays[i, n, d] = a
-                        hs[i + 1, n, d] = a * hs[i, n, d] + dtu[d] * bn
+                        hs[i + 1, n, d] = a * h_prev[n, d] + dtu[d] * bn
             for i in range(stop - start - 1, -1, -1):
                 t = start + i
                 ur = u[b, t]
@@ -1119,7 +1123,7 @@ def mamba_fused_bwd(
                 dyr = dy[b, t]
                 delr = deltas[i]
                 h_now = hs[i + 1]
-                h_before = hs[i]
+                h_before = hs[i] if keep[b, t] != 0 else zero_state
                 dec = decays[i]
                 for d in range(d_inner):
                     zv = zr[d]

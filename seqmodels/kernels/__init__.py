@@ -1,0 +1,39 @@
+"""Compiled kernels behind seqmodels' fast backends: the only place in seqmodels that imports
+numba or mamba-ssm, or uses private torch APIs.
+
+- :mod:`seqmodels.kernels.numba_jit`: the numba loops (forward and backward of each fused
+  CPU op; imported on first use).
+- :mod:`seqmodels.kernels.numba_ops`: those loops as torch ops (autograd Functions for the
+  sequence ops, plain functions for the single steps), each with the signature of a readable
+  twin in :mod:`seqmodels.scan` / :mod:`seqmodels.ops` and an equivalence test against it
+  (table in its docstring).
+- :mod:`seqmodels.kernels.cuda_ops`: mamba-ssm's CUDA kernels (optional, ``[cuda]`` extra).
+- :mod:`seqmodels.kernels.numba_runtime`: numba's threading layer and thread count.
+
+Importing seqmodels (or this package) imports neither numba nor mamba-ssm and changes no
+process-wide setting. A program that wants numba's workqueue threading layer (the trainer:
+idle workers sleep instead of busy-waiting between the small kernels of a rollout step)
+calls, once, before the first kernel runs::
+
+    from seqmodels.kernels import set_numba_threading_layer
+
+    set_numba_threading_layer("workqueue")
+"""
+
+from __future__ import annotations
+
+from seqmodels.kernels.cuda_ops import mamba_ssm_available
+from seqmodels.kernels.numba_runtime import (
+    THREADING_LAYERS,
+    numba_available,
+    numba_threading_layer,
+    set_numba_threading_layer,
+)
+
+__all__ = [
+    "THREADING_LAYERS",
+    "mamba_ssm_available",
+    "numba_available",
+    "numba_threading_layer",
+    "set_numba_threading_layer",
+]

@@ -1,0 +1,153 @@
+"""numba's runtime settings, on the caller's terms: seqmodels itself never changes them.
+
+numba picks its threading layer (the thread pool its parallel kernels run on) once per process,
+the first time a parallel kernel launches, from ``numba.config.THREADING_LAYER`` (the
+``NUMBA_THREADING_LAYER`` environment variable, ``"default"`` unless set: tbb, else omp, else
+workqueue). The choice matters for rollouts: GNU OpenMP's idle workers busy-wait after every
+parallel kernel and take the cores from the torch ops between kernels, while workqueue's
+workers sleep (measured on the shared 2-core box with ``benchmarks/seqmodels.py
+--compare-threading-layers``: ``Mamba.step`` at B=1024 on omp used 5.6-6.6x the CPU time of
+workqueue and took 7-8.5x its wall time under load; Mamba / Mamba2 training 1.1-1.9x slower).
+A program that wants a layer chooses it for its own process with
+:func:`set_numba_threading_layer` before the first kernel runs; importing or running seqmodels
+leaves the choice to numba.
+
+Thread count: each kernel call runs with ``min(torch.get_num_threads(), NUMBA_NUM_THREADS)``
+threads (:func:`torch_thread_count`) and restores the calling thread's numba thread count when
+it returns, so ``torch.set_num_threads`` bounds both libraries and numba's own setting is left
+as found.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+from collections.abc import Iterator
+from types import ModuleType
+
+import torch
+
+#: Concrete layers (numba's names) and the behaviours numba resolves to one of them.
+THREADING_LAYERS = ("workqueue", "omp", "tbb", "default", "safe", "threadsafe", "forksafe")
+
+# the concrete layers that satisfy a requested name (numba's rules, Linux: GNU OpenMP is not
+# fork-safe there)
+_SATISFIES = {
+    "workqueue": ("workqueue",),
+    "omp": ("omp",),
+    "tbb": ("tbb",),
+    "default": ("tbb", "omp", "workqueue"),
+    "safe": ("tbb",),
+    "threadsafe": ("tbb", "omp"),
+    "forksafe": ("tbb", "workqueue"),
+}
+
+# numba's module for each concrete layer (what numba itself imports when it starts the pool)
+_LAYER_MODULES = {
+    "workqueue": "numba.np.ufunc.workqueue",
+    "omp": "numba.np.ufunc.omppool",
+    "tbb": "numba.np.ufunc.tbbpool",
+}
+
+
+@functools.lru_cache(maxsize=1)
+def numba_available() -> bool:
+    """True when numba can be imported (the compiled CPU backend is usable)."""
+    try:
+        importlib.import_module("numba")
+    except ImportError:  # pragma: no cover - numba is a declared dependency
+        return False
+    return True
+
+
+def _numba() -> ModuleType:
+    """The numba module, or an ImportError that says how to get it."""
+    try:
+        return importlib.import_module("numba")
+    except ImportError as err:  # pragma: no cover - numba is a declared dependency
+        raise ImportError(
+            "seqmodels' compiled CPU kernels need numba: pip install numba "
+            "(or use backend='chunked')"
+        ) from err
+
+
+def numba_threading_layer() -> str | None:
+    """The threading layer numba's parallel kernels run on in this process ("workqueue",
+    "omp" or "tbb"), or None while numba has not started its thread pool yet."""
+    numba = _numba()
+    try:
+        return numba.threading_layer()
+    except ValueError:  # "Threading layer is not initialized."
+        return None
+
+
+def set_numba_threading_layer(name: str) -> None:
+    """Choose numba's threading layer for this process (a program's own choice, e.g. the
+    trainer's command line; seqmodels never calls it).
+
+    Args:
+        name: one of :data:`THREADING_LAYERS`: "workqueue" (workers sleep when idle: fastest
+            for rollouts mixing small kernels and torch ops; numba aborts the process if two
+            Python threads launch its kernels at the same time), "omp" (GNU OpenMP:
+            thread-safe, idle workers busy-wait), "tbb" (needs the tbb package), or numba's
+            behaviours "default", "safe", "threadsafe", "forksafe".
+
+    Must run before numba starts its thread pool (the first Mamba / Mamba2 forward or step on
+    the numba backend, or any other numba parallel function): calling it again with a layer
+    that is already the one running (or one the running layer satisfies) is a no-op; any other
+    name then raises RuntimeError. It sets ``numba.config.THREADING_LAYER`` (which takes
+    precedence over ``NUMBA_THREADING_LAYER``); child processes do not inherit it.
+
+    Raises:
+        ValueError: ``name`` is not a threading layer, or its library cannot be loaded here.
+        RuntimeError: numba already runs on another layer.
+    """
+    if name not in THREADING_LAYERS:
+        raise ValueError(f"threading layer must be one of {THREADING_LAYERS}, got {name!r}")
+    numba = _numba()
+    current = numba_threading_layer()
+    if current is not None:
+        if current in _SATISFIES[name]:
+            return
+        raise RuntimeError(
+            f"numba's threading layer is already initialised as {current!r}, cannot switch "
+            f"to {name!r}: call set_numba_threading_layer({name!r}) before the first numba "
+            f"kernel runs (or start the process with NUMBA_THREADING_LAYER={name})"
+        )
+    if name in _LAYER_MODULES:
+        try:
+            importlib.import_module(_LAYER_MODULES[name])
+        except ImportError as err:
+            hint = " (pip install tbb)" if name == "tbb" else ""
+            raise ValueError(
+                f"numba's {name!r} threading layer cannot be loaded here: {err}{hint}"
+            ) from err
+    numba.config.THREADING_LAYER = name
+
+
+@contextlib.contextmanager
+def torch_thread_count() -> Iterator[None]:
+    """Run the enclosed numba kernels with as many threads as torch uses (at most numba's
+    ``NUMBA_NUM_THREADS``); the calling thread's numba thread count is restored on exit.
+    (Starts numba's thread pool if it is not running yet, as the kernel's launch would.)"""
+    numba = _numba()
+    before = numba.get_num_threads()
+    wanted = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    if wanted == before:
+        yield
+        return
+    numba.set_num_threads(wanted)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
+
+
+__all__ = [
+    "THREADING_LAYERS",
+    "numba_available",
+    "numba_threading_layer",
+    "set_numba_threading_layer",
+    "torch_thread_count",
+]

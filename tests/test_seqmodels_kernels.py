@@ -1,0 +1,306 @@
+"""seqmodels.kernels: every fused op has a readable twin with its signature and equals it;
+numba's runtime settings are left to the caller (set_numba_threading_layer); private torch
+APIs appear only under seqmodels/kernels/.
+
+(The scans, the conv + SiLU, the gated RMSNorm and the gated inner part are compared with
+their twins, gradients included, in tests/test_seqmodels.py; this file adds the step ops, the
+whole Mamba block, the two branches of the masked conv and the MLP runner.)
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from seqmodels import Mamba, ops, scan
+from seqmodels.backbones import make_backbone, run_sequential
+from seqmodels.kernels import cuda_ops, numba_ops
+from seqmodels.kernels.numba_runtime import THREADING_LAYERS, set_numba_threading_layer
+
+F64 = torch.float64
+ROOT = Path(__file__).resolve().parents[1]
+
+# (fused kernel op, its readable twin)
+TWINS = [
+    (numba_ops.selective_scan_numba, scan.selective_scan_reference),
+    (numba_ops.ssd_scan_numba, scan.ssd_scan_reference),
+    (numba_ops.selective_state_update_numba, scan.selective_state_update_reference),
+    (numba_ops.selective_state_update_gated_numba, scan.selective_state_update_gated_reference),
+    (numba_ops.ssd_state_update_numba, scan.ssd_state_update_reference),
+    (numba_ops.conv_silu_numba, ops.conv_silu_reference),
+    (numba_ops.conv_step_silu_numba, ops.conv_step_silu_reference),
+    (numba_ops.rmsnorm_gated_numba, ops.rmsnorm_gated_reference),
+    (numba_ops.mamba_inner_numba, ops.mamba_inner_reference),
+    (numba_ops.mamba_block_numba, ops.mamba_block_reference),
+    (cuda_ops.selective_scan_cuda, scan.selective_scan_reference),
+    (cuda_ops.ssd_scan_cuda, scan.ssd_scan_reference),
+]
+
+
+def _positional(fn) -> list[tuple[str, object]]:
+    """(name, default) of the parameters that are not keyword-only (tuning knobs may be)."""
+    return [
+        (p.name, p.default)
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind is not inspect.Parameter.KEYWORD_ONLY
+    ]
+
+
+@pytest.mark.parametrize(("fused", "twin"), TWINS, ids=lambda f: f.__name__)
+def test_every_fused_op_has_a_twin_with_its_signature(fused, twin):
+    assert _positional(fused) == _positional(twin)
+
+
+def test_every_public_kernel_op_is_listed():
+    listed = {f.__name__ for f, _ in TWINS}
+    public = {n for n in numba_ops.__all__ if n.islower()} | {
+        n for n in cuda_ops.__all__ if n != "mamba_ssm_available"
+    }
+    assert public == listed
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _randn(*shape, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=_gen(seed), dtype=F64)
+
+
+# ------------------------------------------------------------------------------------------
+# single-step ops (no autograd: the rollout kernels)
+# ------------------------------------------------------------------------------------------
+
+
+def test_step_ops_match_their_twins():
+    B, D, N, H, P, G, C, W = 5, 11, 4, 6, 3, 2, 9, 4
+    h = _randn(B, D, N, seed=1)
+    dt = torch.nn.functional.softplus(_randn(B, D, seed=2))
+    x, z = _randn(B, D, seed=3), _randn(B, D, seed=4)
+    A = -torch.rand(D, N, generator=_gen(5), dtype=F64) - 0.1
+    Bm, Cm = _randn(B, N, seed=6), _randn(B, N, seed=7)
+    Dv, dt_bias = _randn(D, seed=8), _randn(D, seed=9)
+    cases = [
+        (
+            numba_ops.selective_state_update_numba,
+            scan.selective_state_update_reference,
+            (h, dt, x, A, Bm, Cm),
+        ),
+        (
+            numba_ops.selective_state_update_gated_numba,
+            scan.selective_state_update_gated_reference,
+            (h, dt, x, z, A, Dv, Bm, Cm, dt_bias, True),
+        ),
+        (
+            numba_ops.selective_state_update_gated_numba,
+            scan.selective_state_update_gated_reference,
+            (h, dt, x, z, A, Dv, Bm, Cm, None, False),
+        ),
+        (
+            numba_ops.ssd_state_update_numba,
+            scan.ssd_state_update_reference,
+            (
+                _randn(B, H, P, N, seed=10),
+                dt[:, :H],
+                _randn(B, H, P, seed=11),
+                -torch.rand(H, generator=_gen(12), dtype=F64),
+                _randn(B, G, N, seed=13),
+                _randn(B, G, N, seed=14),
+            ),
+        ),
+        (
+            numba_ops.conv_step_silu_numba,
+            ops.conv_step_silu_reference,
+            (_randn(B, C, W, seed=15), _randn(B, C, seed=16), _randn(C, 1, W, seed=17), None),
+        ),
+        (
+            numba_ops.conv_step_silu_numba,
+            ops.conv_step_silu_reference,
+            (
+                _randn(B, C, W, seed=15),
+                _randn(B, C, seed=16),
+                _randn(C, 1, W, seed=17),
+                _randn(C, seed=18),
+            ),
+        ),
+    ]
+    for fused, twin, args in cases:
+        for got, want in zip(fused(*args), twin(*args), strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=fused.__name__)
+
+
+# ------------------------------------------------------------------------------------------
+# the whole Mamba block, the masked conv's two branches, the MLP runner
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("window_tokens", [10, 2048])  # windows of 5 steps / one window
+def test_mamba_block_numba_matches_its_twin(window_tokens, monkeypatch):
+    monkeypatch.setattr(numba_ops, "MAMBA_BLOCK_TOKENS", window_tokens)
+    torch.manual_seed(0)
+    m = Mamba(d_model=6, d_state=3, dt_rank=2, bias=True, dtype=F64)
+    B, L = 2, 19
+    x = _randn(B, L, 6, seed=20).requires_grad_(True)
+    conv0 = _randn(B, m.d_inner, m.d_conv, seed=21).requires_grad_(True)
+    ssm0 = _randn(B, m.d_inner, m.d_state, seed=22).requires_grad_(True)
+    resets = torch.rand(B, L, generator=_gen(23)) < 0.15
+    leaves = [x, conv0, ssm0, *m.parameters()]
+
+    def run(fn):
+        A = -torch.exp(m.A_log.to(F64))  # (A_log and D are float32, as mamba-ssm's)
+        outs = fn(
+            x, conv0, ssm0, resets, (m.in_proj.weight, m.in_proj.bias),
+            (m.conv1d.weight, m.conv1d.bias), m.x_proj.weight,
+            (m.dt_proj.weight, m.dt_proj.bias), A, m.D.to(F64),
+            (m.out_proj.weight, m.out_proj.bias),
+        )  # fmt: skip
+        weights = [torch.cos(torch.arange(o.numel(), dtype=F64)).view_as(o) for o in outs]
+        loss = sum((o * w).sum() for o, w in zip(outs, weights, strict=True))
+        return [*outs, *torch.autograd.grad(loss, leaves)]
+
+    for got, want in zip(
+        run(numba_ops.mamba_block_numba), run(ops.mamba_block_reference), strict=True
+    ):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+
+
+def test_masked_causal_conv_branches_agree():
+    """The F.conv1d branch (no resets) equals the tap-by-tap branch (resets all false)."""
+    B, L, C, W = 3, 9, 5, 4
+    x = _randn(B, L, C, seed=30)
+    state = _randn(B, C, W, seed=31)
+    weight, bias = _randn(C, 1, W, seed=32), _randn(C, seed=33)
+    no_resets = torch.zeros(B, L, dtype=torch.bool)
+    for b in (bias, None):
+        fused = ops.masked_causal_conv(x, state, weight, b, None)
+        composed = ops.masked_causal_conv(x, state, weight, b, no_resets)
+        for got, want in zip(fused, composed, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu", "silu", "gelu"])
+def test_run_sequential_matches_the_module_call(activation):
+    bb = make_backbone("mlp", 7, 16, num_layers=3, activation=activation).double()
+    x = _randn(4, 5, 7, seed=40)
+    torch.testing.assert_close(run_sequential(bb.net, x), bb.net(x), rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------------------------------
+# numba's runtime: nothing changed by seqmodels, the layer chosen by the caller
+# ------------------------------------------------------------------------------------------
+
+
+def _python(*parts: str) -> str:
+    """Run the code parts in a fresh interpreter (numba's threading layer is chosen once per
+    process); returns its stdout."""
+    code = "\n".join(textwrap.dedent(part) for part in parts)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+_RUN_MODELS = """
+    import torch
+    from seqmodels import Mamba, Mamba2
+    for cls, kw in ((Mamba, {}), (Mamba2, {"d_state": 8, "headdim": 8})):
+        m = cls(16, backend="numba", **kw)
+        y, s = m(torch.randn(2, 9, 16))
+        y.sum().backward()
+        with torch.no_grad():
+            m.step(torch.randn(2, 16), s, torch.tensor([True, False]))
+"""
+
+
+def test_importing_and_running_seqmodels_changes_no_process_setting():
+    out = _python(
+        """
+        import os, sys
+        import torch
+        torch.set_num_threads(1)
+        env = dict(os.environ)
+        import seqmodels, seqmodels.kernels
+        assert "numba" not in sys.modules, "importing seqmodels imported numba"
+        import numba
+        layer, threads = numba.config.THREADING_LAYER, numba.get_num_threads()
+        """,
+        _RUN_MODELS,
+        """
+        assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())
+        assert numba.config.THREADING_LAYER == layer
+        assert numba.get_num_threads() == threads, (numba.get_num_threads(), threads)
+        assert torch.get_num_threads() == 1
+        print("layer", numba.threading_layer())
+        """,
+    )
+    assert "layer" in out
+
+
+def test_set_numba_threading_layer_before_and_after_the_pool_starts():
+    out = _python(
+        """
+        import pytest
+        from seqmodels.kernels import numba_threading_layer, set_numba_threading_layer
+        assert numba_threading_layer() is None
+        set_numba_threading_layer("workqueue")
+        """,
+        _RUN_MODELS,
+        """
+        assert numba_threading_layer() == "workqueue"
+        set_numba_threading_layer("workqueue")  # already so: a no-op
+        set_numba_threading_layer("forksafe")  # satisfied by workqueue: a no-op
+        with pytest.raises(RuntimeError, match="already initialised as 'workqueue'"):
+            set_numba_threading_layer("omp")
+        print("ok")
+        """,
+    )
+    assert out.strip().endswith("ok")
+
+
+def test_set_numba_threading_layer_rejects_unknown_names():
+    with pytest.raises(ValueError, match="threading layer must be one of"):
+        set_numba_threading_layer("openmp")
+    assert "workqueue" in THREADING_LAYERS
+
+
+def test_tbb_layer_without_tbb_is_a_clear_error():
+    try:
+        import numba.np.ufunc.tbbpool  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("tbb is installed here")
+    _python(
+        """
+        import pytest
+        from seqmodels.kernels import set_numba_threading_layer
+        with pytest.raises(ValueError, match="'tbb' threading layer cannot be loaded"):
+            set_numba_threading_layer("tbb")
+        """
+    )
+
+
+def test_private_torch_apis_only_in_kernels():
+    """``torch._*`` and tensor internals (``._base``) only under seqmodels/kernels/."""
+    private = re.compile(r"\btorch\._\w|\._base\b")
+    offenders = [
+        f"{path.relative_to(ROOT)}:{i}"
+        for path in sorted((ROOT / "seqmodels").rglob("*.py"))
+        if "kernels" not in path.relative_to(ROOT / "seqmodels").parts
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if private.search(line)
+    ]
+    assert offenders == []
