@@ -19,6 +19,7 @@ action, and their rows are fed zeros with every action allowed.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,7 +28,7 @@ import torch
 
 from marl.envapi import make_vector_env
 from marl.policies import AgentLayout, MultiAgentPolicy
-from marl.run.checkpoint import latest_path, load_checkpoint
+from marl.run.checkpoint import CheckpointError, load_checkpoint, load_newest_checkpoint
 from marl.run.config import config_from_dict, load_run_config
 
 __all__ = ["TrainedPolicy", "load_policy"]
@@ -143,6 +144,10 @@ class TrainedPolicy:
         )
 
 
+def _note(message: str) -> None:
+    print(f"[marl.load_policy] {message}", file=sys.stderr)
+
+
 def load_policy(
     run_dir: str, device: str | torch.device = "cpu", checkpoint: str | None = None
 ) -> TrainedPolicy:
@@ -152,11 +157,15 @@ def load_policy(
         cfg = config_from_dict(load_run_config(run_dir))
     except ValueError as exc:
         raise ValueError(f"{run_dir!r} is not a run directory: {exc}") from None
-    path = checkpoint or latest_path(run_dir)
     try:
-        ckpt = load_checkpoint(path, map_location=device)
+        if checkpoint is not None:
+            ckpt = load_checkpoint(checkpoint, map_location=device)
+        else:  # the newest checkpoint that loads (a corrupt newer one is skipped, with a note)
+            ckpt, _, _ = load_newest_checkpoint(run_dir, device, warn=_note)
     except FileNotFoundError:
-        raise ValueError(f"{run_dir!r}: no checkpoint at {path!r}") from None
+        raise ValueError(f"{run_dir!r}: no checkpoint at {checkpoint!r}") from None
+    except CheckpointError as exc:
+        raise ValueError(f"{run_dir!r}: {exc}") from None
     vec = make_vector_env(cfg.env_fn, 1, cfg.env, autoreset=False)
     layout = AgentLayout.from_env(vec)
     policy = MultiAgentPolicy(layout, cfg.backbone, cfg.hidden_dim, cfg.activation).to(device)
