@@ -4,6 +4,7 @@ Prints agent-steps per second (env steps x agents, auto-resets included) of
 
 * a ``parallel_env`` loop (one env, dict actions),
 * ``vector_env`` at num_envs 1, 64, 256, 1024 (and the large preset at 256),
+* websearch_v0 ``parallel_env`` and ``vector_env`` at num_envs 256 and 1024 (default preset),
 * mpe2 ``simple_spread_v3`` parallel env (3 agents, 25-step episodes),
 
 all under uniformly random in-range actions drawn ahead of time (so the policy costs nothing),
@@ -11,7 +12,8 @@ the ratios to simple_spread, and the memory of ``vector_env(4096, preset="large"
 Python/NumPy allocations by tracemalloc over construction, reset, steps, state(), final_obs).
 
 Targets (issue 2 item 8): vector_env(1024) >= 200x simple_spread, parallel_env >= 1x,
-vector_env(4096, large) <= 2 GB.
+vector_env(4096, large) <= 2 GB. websearch_v0 (issue 20 item 4): vector_env(256) of the
+default preset >= 100x simple_spread.
 
     python benchmarks/env_throughput.py            # ~1 minute
     python benchmarks/env_throughput.py --quick    # ~15 seconds
@@ -26,12 +28,13 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable
+from types import ModuleType
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from envs import multisearch_v0  # noqa: E402
+from envs import multisearch_v0, websearch_v0  # noqa: E402
 
 POOL = 64  # pre-drawn action batches, cycled
 
@@ -56,8 +59,10 @@ def _timed(step: Callable[[int], int], seconds: float, warmup: int = 3) -> tuple
             return done / elapsed, done / cpu
 
 
-def bench_parallel(seconds: float, **kwargs) -> tuple[float, float]:
-    env = multisearch_v0.parallel_env(**kwargs)
+def bench_parallel(
+    seconds: float, module: ModuleType = multisearch_v0, **kwargs
+) -> tuple[float, float]:
+    env = module.parallel_env(**kwargs)
     env.reset(seed=0)
     rng = np.random.default_rng(0)
     n_actions = [env.action_space(a).n for a in env.possible_agents]
@@ -75,8 +80,10 @@ def bench_parallel(seconds: float, **kwargs) -> tuple[float, float]:
     return _timed(step, seconds)
 
 
-def bench_vector(num_envs: int, seconds: float, **kwargs) -> tuple[float, float]:
-    vec = multisearch_v0.vector_env(num_envs, **kwargs)
+def bench_vector(
+    num_envs: int, seconds: float, module: ModuleType = multisearch_v0, **kwargs
+) -> tuple[float, float]:
+    vec = module.vector_env(num_envs, **kwargs)
     vec.reset(seed=0)
     rng = np.random.default_rng(0)
     pool = [
@@ -157,6 +164,22 @@ def main(argv: list[str] | None = None) -> int:
             bench_vector(256, seconds, preset="large"),
         )
     )
+    warm = websearch_v0.vector_env(2, max_cycles=1)  # compile / load the numba cache first
+    warm.reset(seed=0)
+    warm.step({a: np.zeros(2, dtype=np.int64) for a in warm.possible_agents})  # an autoreset
+    rows.append(
+        (
+            "websearch_v0 parallel_env (default, 3 agents)",
+            bench_parallel(seconds, module=websearch_v0),
+        )
+    )
+    for n in (256, 1024):
+        rows.append(
+            (
+                f"websearch_v0 vector_env({n}) default (3 agents)",
+                bench_vector(n, seconds, module=websearch_v0),
+            )
+        )
 
     print(f"{'environment':<50}{'agent-steps/s':>15}{'ratio':>9}{'per CPU-s':>14}{'ratio':>9}")
     print(f"{'':<50}{'(wall)':>15}{'':>9}{'(process)':>14}{'':>9}")
@@ -179,6 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"target parallel_env >= 1x simple_spread (wall): {par_ratio:.1f}x "
         f"{'MET' if par_ratio >= 1 else 'MISSED'}"
+    )
+    web = by_name["websearch_v0 vector_env(256) default (3 agents)"]
+    web_ratio = web[0] / reference[0]
+    print(
+        f"target websearch_v0 vector_env(256) >= 100x simple_spread (wall): {web_ratio:.0f}x "
+        f"{'MET' if web_ratio >= 100 else 'MISSED'} ({web[1] / reference[1]:.0f}x per CPU-second)"
     )
     if not args.no_memory:
         peak, arrays = memory_large(4096, steps=2 if args.quick else 5)

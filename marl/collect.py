@@ -170,6 +170,18 @@ def live_mean_reward(
     return (r * active).sum(axis=1) / np.maximum(active.sum(axis=1), 1.0)
 
 
+def agent_activity(infos: Mapping[str, Any], agents: Sequence[str], num_envs: int) -> np.ndarray:
+    """``[E, N]`` bool: whether each agent acted at this step (``infos[a]["active"]``, true
+    where absent)."""
+    return np.stack(
+        [
+            np.broadcast_to(np.asarray(infos[a].get("active", 1.0), np.float64), (num_envs,)) > 0
+            for a in agents
+        ],
+        axis=1,
+    )
+
+
 def reward_channels(
     infos: dict, agents: Sequence[str], rewards: dict | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -209,6 +221,9 @@ class RolloutBatch:
     window_state_steps: tuple[int, ...] = ()
     window_states: dict[str, list[tuple[Tensor, ...]]] = field(default_factory=dict)
     episodes: list[dict[str, float]] = field(default_factory=list)
+    #: [T, E, N] bool: the agent acted at the step (the ``active`` info of envs whose agents
+    #: may leave early; None: every agent always acts)
+    active: Tensor | None = None
 
     @property
     def num_steps(self) -> int:
@@ -273,6 +288,8 @@ class RolloutCollector:
         r_team = np.zeros((T, E), np.float32)
         r_ind = np.zeros((T, E, N), np.float32)
         r_pen = np.zeros((T, E, N), np.float32)
+        active = np.ones((T, E, N), bool)
+        any_left = False
         term = np.zeros((T, E), bool)
         trunc = np.zeros((T, E), bool)
         starts = torch.empty(T, E, dtype=torch.bool, device=dev)
@@ -327,6 +344,9 @@ class RolloutCollector:
             )
             team, ind, pen = reward_channels(infos, agents)
             r_team[step], r_ind[step], r_pen[step] = team, ind, pen
+            if "active" in infos[agents[0]]:
+                active[step] = agent_activity(infos, agents, E)
+                any_left |= not active[step].all()
             te = np.asarray(terms[agents[0]], bool)
             tr = np.asarray(truncs[agents[0]], bool) & ~te
             term[step], trunc[step] = te, tr
@@ -381,6 +401,7 @@ class RolloutCollector:
             reward_team=torch.from_numpy(r_team).to(dev),
             reward_individual=torch.from_numpy(r_ind).to(dev),
             reward_penalty=torch.from_numpy(r_pen).to(dev),
+            active=torch.from_numpy(active).to(dev) if any_left else None,
             terminated=torch.from_numpy(term).to(dev),
             truncated=torch.from_numpy(trunc).to(dev),
             episode_start=starts,
@@ -472,6 +493,8 @@ class GroupBatch:
     episodes: list[dict[str, float]] = field(default_factory=list)
     #: [T, E] bool, the steps that enter the loss (set by the algorithm: valid and kept)
     loss_mask: Tensor | None = None
+    #: [T, E, N] bool: the agent acted at the step (valid, and not left the episode)
+    active: Tensor | None = None
 
     @property
     def num_steps(self) -> int:
@@ -538,7 +561,7 @@ def collect_group_episodes(
     lengths = np.zeros(E, np.int64)
     records: list[dict[str, float] | None] = [None] * E
     steps: dict[str, list] = {
-        k: [] for k in ("obs", "mask", "actions", "logp", "team", "ind", "pen", "valid")
+        k: [] for k in ("obs", "mask", "actions", "logp", "team", "ind", "pen", "valid", "active")
     }
     t = 0
     while alive.any():
@@ -566,6 +589,7 @@ def collect_group_episodes(
         steps["team"].append(team)
         steps["ind"].append(ind)
         steps["pen"].append(pen)
+        steps["active"].append(agent_activity(infos, agents, E) & alive[:, None])
         te = np.asarray(terms[agents[0]], bool)
         tr = np.asarray(truncs[agents[0]], bool) & ~te
         ended = (te | tr) & alive
@@ -605,6 +629,7 @@ def collect_group_episodes(
         reward_individual=to_t(steps["ind"], torch.float32),
         reward_penalty=to_t(steps["pen"], torch.float32),
         valid=to_t(steps["valid"], torch.bool),
+        active=to_t(steps["active"], torch.bool),
         lengths=torch.from_numpy(lengths).to(dev),
         terminated=torch.from_numpy(terminated).to(dev),
         truncated=torch.from_numpy(truncated).to(dev),

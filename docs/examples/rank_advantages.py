@@ -54,7 +54,7 @@ class RankMAPPO(MAPPO):
     config_class: ClassVar[type] = RankMAPPOConfig
 
     def mix_and_whiten(
-        self, team: Tensor, individual: Tensor, keys: GroupKeys
+        self, team: Tensor, individual: Tensor, keys: GroupKeys, mask: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
         raw = self.cfg.alpha * team + (1 - self.cfg.alpha) * individual  # [T, E, N]
         group = keys.type_id.expand_as(raw).reshape(-1)

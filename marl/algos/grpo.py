@@ -541,6 +541,9 @@ def episode_units(
             resets=resets,
             state=policy.actors[k].initial_state(E),
             ref_logp=None if ref_logp is None else ref_logp[k],
+            agent_mask=None
+            if batch.active is None
+            else batch.active[:, :, list(t.agent_ids)].transpose(0, 1),
         )
     return units
 

@@ -345,6 +345,12 @@ class MAPPO(Algorithm):
         if not shaping and cfg.penalty_channel == "individual":
             reward_ind = reward_ind + batch.reward_penalty
         term, trunc = batch.terminated, batch.truncated
+        # an agent that left the episode (adapted envs) ends its individual channel there
+        term_ind = term[..., None].expand(T, E, N)
+        if batch.active is not None:
+            left = torch.zeros_like(batch.active)
+            left[:-1] = batch.active[:-1] & ~batch.active[1:]
+            term_ind = term_ind | left
         for name, x in (("rewards (team)", batch.reward_team), ("rewards", reward_ind)):
             if not torch.isfinite(x).all():
                 raise NonFiniteError(name)
@@ -361,7 +367,7 @@ class MAPPO(Algorithm):
             reward_ind[..., None].expand(T, E, N, K),
             v_ind,
             next_ind,
-            term[..., None, None].expand(T, E, N, K),
+            term_ind[..., None].expand(T, E, N, K),
             trunc[..., None, None].expand(T, E, N, K),
             gamma=cfg.gamma,
             lam=cfg.gae_lambda,
@@ -372,7 +378,7 @@ class MAPPO(Algorithm):
             if not torch.isfinite(x).all():
                 raise NonFiniteError(name)
         keys = self.group_keys(batch)
-        raw, final = self.mix_and_whiten(team.contiguous(), individual, keys)
+        raw, final = self.mix_and_whiten(team.contiguous(), individual, keys, mask=batch.active)
         beta = None
         if shaping:
             beta = float(self.penalty_schedule(progress))
@@ -394,17 +400,18 @@ class MAPPO(Algorithm):
         )
 
     def mix_and_whiten(
-        self, team: Tensor, individual: Tensor, keys: GroupKeys
+        self, team: Tensor, individual: Tensor, keys: GroupKeys, mask: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
         """The advantage scheme: team and individual advantages ``[T, E, N]`` -> (the raw mix,
         for statistics; the final advantages). Here the configured whitener: by default each
         channel whitened per agent type and mixed by alpha. Override to try another scheme
-        (docs/extending.md)."""
+        (docs/extending.md). ``mask [T, E, N]``: the agents still in their episode (None:
+        all); the others get 0 and no say in the statistics."""
         if self.whitener.scheme == "team_individual":
             raw = self.cfg.alpha * team + (1 - self.cfg.alpha) * individual
         else:
             raw = team + individual
-        return raw, self.whitener(team, individual, keys=keys)
+        return raw, self.whitener(team, individual, mask=mask, keys=keys)
 
     def group_keys(self, batch: RolloutBatch) -> GroupKeys:
         """Whitening group keys ``[T, E, N]``-broadcastable: agent type, position in the
@@ -461,6 +468,9 @@ class MAPPO(Algorithm):
                     old_logp=batch.logp[k].reshape(T * E, 1, n),
                     advantages=advantages[:, :, list(t.agent_ids)].reshape(T * E, 1, n),
                     loss_mask=steps,
+                    agent_mask=None
+                    if batch.active is None
+                    else batch.active[:, :, list(t.agent_ids)].reshape(T * E, 1, n),
                 )
             return units
         index, loss_mask, _ = window_plan(T, self.cfg.seq_len, self.cfg.burn_in)
@@ -479,6 +489,9 @@ class MAPPO(Algorithm):
                 loss_mask=loss_mask.to(batch.terminated.device),
                 resets=resets,
                 state=tuple(torch.cat(parts, 0) for parts in zip(*states, strict=True)),
+                agent_mask=None
+                if batch.active is None
+                else stack_windows(batch.active[:, :, list(t.agent_ids)], index),
             )
         return units
 
@@ -511,6 +524,7 @@ class MAPPO(Algorithm):
         target_team, target_ind = target_team.reshape(T * E, K), target_ind.reshape(T * E, N, K)
         old_team = batch.values_team.reshape(T * E, K)
         old_ind = batch.values_individual.reshape(T * E, N, K)
+        active = None if batch.active is None else batch.active.reshape(T * E, N, 1)
         for group in self.critic_opt.param_groups:
             group["lr"] = cfg.resolved_critic_lr * lr_scale
         params = list(self.critic.parameters())
@@ -522,7 +536,13 @@ class MAPPO(Algorithm):
                 pred_team, pred_ind = self.critic(states[idx])
                 loss = value_loss(
                     pred_team, old_team[idx], target_team[idx], value_clip=cfg.value_clip
-                ) + value_loss(pred_ind, old_ind[idx], target_ind[idx], value_clip=cfg.value_clip)
+                ) + value_loss(
+                    pred_ind,
+                    old_ind[idx],
+                    target_ind[idx],
+                    value_clip=cfg.value_clip,
+                    mask=None if active is None else active[idx],
+                )
                 if not torch.isfinite(loss):
                     raise NonFiniteError("loss/value")
                 self.critic_opt.zero_grad(set_to_none=True)

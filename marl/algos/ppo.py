@@ -61,6 +61,9 @@ class Minibatch:
     resets: Tensor | None = None  # [B, L] bool: an episode starts at this step (recurrent)
     state: tuple[Tensor, ...] | None = None  # backbone state before step 0, B * n rows
     ref_logp: Tensor | None = None  # [B, L, n] reference policy log-probs (KL term)
+    #: [B, L, n] bool: the agents still in the episode (envs whose agents may leave early,
+    #: marl.adapters' ``active`` info); None: every agent of a loss step counts
+    agent_mask: Tensor | None = None
 
     @property
     def num_units(self) -> int:
@@ -69,6 +72,11 @@ class Minibatch:
     @property
     def n_agents(self) -> int:
         return int(self.obs.shape[2])
+
+    def sample_mask(self) -> Tensor:
+        """``[B, L, n]`` bool: the (step, agent) samples that enter the loss."""
+        mask = self.loss_mask[..., None].expand(*self.loss_mask.shape, self.n_agents)
+        return mask if self.agent_mask is None else mask & self.agent_mask
 
     def select(self, idx: Tensor) -> Minibatch:
         """The units ``idx`` (1-D long); the state's rows are unit-major, agent-minor."""
@@ -130,7 +138,7 @@ def ppo_loss(
         clip_high=coef.clip_high,
         dual_clip=coef.dual_clip,
     )
-    mask = mb.loss_mask[..., None].expand_as(logp).to(logp.dtype)
+    mask = mb.sample_mask().to(logp.dtype)
     surrogate_sum = (surrogate * mask).sum()
     entropy_sum = (dist.entropy() * mask).sum()
     losses = {
@@ -238,7 +246,7 @@ class PolicyUpdate:
 
     def step(self, batch: dict[str, Minibatch], coef: PPOLossConfig) -> dict[str, float]:
         """One optimiser step on one minibatch; returns its metrics."""
-        n_valid = sum(mb.loss_mask.sum() * mb.n_agents for mb in batch.values())
+        n_valid = sum(mb.sample_mask().sum() for mb in batch.values())
         count = n_valid.clamp_min(1).float()
         self.optimizer.zero_grad(set_to_none=True)
         parts = self._losses_and_backward(batch, coef, count)

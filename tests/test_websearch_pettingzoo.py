@@ -1,0 +1,153 @@
+"""PettingZoo's own test suite on websearch_v0, plus the API details it relies on."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+from pettingzoo.test import (
+    api_test,
+    max_cycles_test,
+    parallel_api_test,
+    parallel_seed_test,
+    render_test,
+    seed_test,
+    state_test,
+)
+
+from envs import websearch_v0
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # PettingZoo's style hints
+
+
+@pytest.mark.parametrize("make", [websearch_v0.env, websearch_v0.raw_env])
+def test_api_test_aec(make):
+    api_test(make(), num_cycles=200)
+
+
+@pytest.mark.parametrize("preset", ["easy", "hard"])
+def test_api_test_presets(preset):
+    api_test(websearch_v0.env(preset=preset), num_cycles=100)
+
+
+def test_parallel_api_test():
+    parallel_api_test(websearch_v0.parallel_env(), num_cycles=300)
+    parallel_api_test(websearch_v0.parallel_env(preset="hard", max_answers=3), num_cycles=100)
+
+
+def test_seed_tests():
+    seed_test(websearch_v0.env, num_cycles=100)
+    parallel_seed_test(websearch_v0.parallel_env, num_cycles=100)
+
+
+def test_max_cycles_test():
+    max_cycles_test(websearch_v0)
+
+
+def test_render_test(monkeypatch):
+    for var in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER"):
+        monkeypatch.delenv(var, raising=False)
+    render_test(websearch_v0.env)
+
+
+def test_state_test():
+    state_test(websearch_v0.env(), websearch_v0.parallel_env())
+
+
+def test_metadata_spaces_and_agent_types():
+    env = websearch_v0.parallel_env()
+    assert env.metadata["name"] == "websearch_v0"
+    assert env.metadata["is_parallelizable"] is True
+    assert env.metadata["render_fps"] > 0
+    assert set(env.metadata["render_modes"]) == {"human", "rgb_array", "ansi"}
+    assert env.possible_agents == ["querier_0", "browser_0", "browser_1"]
+    assert {a.rsplit("_", 1)[0] for a in env.possible_agents} == {"querier", "browser"}
+    assert env.state_space.dtype == np.float32 and env.state_space.shape == (240,)
+    for agent in env.possible_agents:
+        querier = agent.startswith("querier_")
+        assert env.action_space(agent).n == (19 if querier else 9)
+        space = env.observation_space(agent)
+        assert space["observation"].shape == ((192,) if querier else (56,))
+        assert space["action_mask"].dtype == np.int8
+        assert space["observation"].dtype == np.float32
+        assert env.observation_space(agent) is space
+    hard = websearch_v0.parallel_env(preset="hard")
+    assert hard.possible_agents == ["querier_0", "querier_1", "browser_0", "browser_1"]
+    assert hard.state_space.shape == (43 + 6 * 30 + 5 * 2 + 67 * 2,)
+
+
+def test_baselines_module_is_named_and_importable():
+    assert websearch_v0.BASELINES == "envs.websearch_baselines"
+    module = importlib.import_module(websearch_v0.BASELINES)
+    for name in ("HeuristicPolicy", "RandomPolicy", "OraclePolicy", "evaluate_policy"):
+        assert hasattr(module, name)
+
+
+@pytest.mark.parametrize("cast", [int, np.int32, np.int64, np.int8, np.uint8, np.array])
+def test_integer_action_types(cast):
+    env = websearch_v0.parallel_env()
+    env.reset(seed=0)
+    _, rew, term, trunc, infos = env.step({a: cast(0) for a in env.agents})
+    assert all(type(v) is bool for v in [*term.values(), *trunc.values()])
+    assert all(type(v) is float for v in rew.values())
+    assert all(type(v) is float for info in infos.values() for v in info.values())
+
+
+def test_reset_ignores_unknown_options():
+    env = websearch_v0.parallel_env()
+    a, _ = env.reset(seed=3, options={"unknown": 1})
+    b, _ = env.reset(seed=3)
+    for agent in a:
+        np.testing.assert_array_equal(a[agent]["observation"], b[agent]["observation"])
+
+
+def test_infos_same_keys_from_reset_and_only_three_reward_keys():
+    env = websearch_v0.parallel_env()
+    _, infos = env.reset(seed=0)
+    keys = set(infos["querier_0"])
+    assert {k for k in keys if k.startswith("reward_")} == {
+        "reward_team",
+        "reward_individual",
+        "reward_penalty",
+    }
+    assert keys == set(websearch_v0.INFO_KEYS)
+    assert {
+        "success",
+        "steps_to_success",
+        "queries_issued",
+        "query_diversity",
+        "query_jaccard_diversity",
+        "pages_opened",
+    } <= keys
+    _, _, _, _, infos = env.step({a: 0 for a in env.agents})
+    assert all(set(info) == keys for info in infos.values())
+
+
+def test_render_modes_outputs(capsys):
+    env = websearch_v0.parallel_env(render_mode="rgb_array")
+    env.reset(seed=0)
+    env.step({"querier_0": 3, "browser_0": 0, "browser_1": 0})
+    env.step({"querier_0": 1, "browser_0": 0, "browser_1": 0})
+    frame = env.render()
+    top_k = env.config.top_k
+    assert frame.dtype == np.uint8 and frame.shape == ((top_k + 2) * 10, 200, 3)
+    env = websearch_v0.parallel_env(render_mode="ansi")
+    env.reset(seed=0)
+    env.step({"querier_0": 3, "browser_0": 0, "browser_1": 0})
+    env.step({"querier_0": 1, "browser_0": 0, "browser_1": 0})
+    text = env.render()
+    assert "description:" in text and "querier_0 draft" in text and "browser_1" in text
+    env = websearch_v0.parallel_env(render_mode="human")
+    env.reset(seed=0)
+    capsys.readouterr()
+    assert env.render() is None
+    assert "description:" in capsys.readouterr().out
+    env.close()
+
+
+def test_module_doc_example_runs():
+    import doctest
+
+    failures, tests = doctest.testmod(websearch_v0, verbose=False)
+    assert tests > 0 and failures == 0

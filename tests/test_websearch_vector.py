@@ -1,0 +1,235 @@
+"""websearch_v0 vector_env: equivalence with parallel_env (env i <-> seed s + i) across
+auto-resets over many seeds, final_obs/final_state, autoreset=False freezing, seeding,
+full-episode determinism, the trainer contract's shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from envs import websearch_v0
+
+KW_SHORT = dict(preset="easy", max_cycles=12, max_answers=2)
+
+
+def _actions(rng, masks_by_agent):
+    """Mostly-legal random actions [N] per agent (issuing and marking often); sometimes
+    anything in range."""
+    out = {}
+    for agent, mask in masks_by_agent.items():
+        n_envs, n_actions = mask.shape
+        pick = np.argmax((rng.random(mask.shape) + 1.0) * mask, axis=1)
+        if agent.startswith("querier"):
+            pick = np.where((mask[:, 1] == 1) & (rng.random(n_envs) < 0.3), 1, pick)
+        else:
+            pick = np.where((mask[:, 8] == 1) & (rng.random(n_envs) < 0.15), 8, pick)
+        anything = rng.integers(0, n_actions, n_envs)
+        out[agent] = np.where(rng.random(n_envs) < 0.9, pick, anything).astype(np.int64)
+    return out
+
+
+@pytest.mark.parametrize(
+    "kwargs,n_envs,n_steps",
+    [
+        (KW_SHORT, 64, 40),
+        (dict(preset="default", max_cycles=15), 48, 50),
+        (dict(preset="hard", max_cycles=10, max_answers=3), 24, 30),
+    ],
+)
+def test_vector_equals_parallel_across_autoresets(kwargs, n_envs, n_steps):
+    seed = 1000
+    vec = websearch_v0.vector_env(n_envs, **kwargs)
+    pars = [websearch_v0.parallel_env(**kwargs) for _ in range(n_envs)]
+    v_obs, v_infos = vec.reset(seed=seed)
+    p_obs = []
+    for i, env in enumerate(pars):
+        obs, infos = env.reset(seed=seed + i)
+        p_obs.append(obs)
+        for agent in vec.possible_agents:
+            assert infos[agent] == {k: v[i] for k, v in v_infos[agent].items()}
+    rng = np.random.default_rng(0)
+    episodes_ended = 0
+    successes = 0
+    for _ in range(n_steps):
+        state = vec.state()
+        for i, env in enumerate(pars):
+            np.testing.assert_array_equal(state[i], env.state())
+            for agent in vec.possible_agents:
+                for key in ("observation", "action_mask"):
+                    np.testing.assert_array_equal(v_obs[agent][key][i], p_obs[i][agent][key])
+        actions = _actions(rng, {a: v_obs[a]["action_mask"] for a in vec.possible_agents})
+        v_obs, v_rew, v_term, v_trunc, v_infos = vec.step(actions)
+        final_obs, final_state = vec.final_obs, vec.final_state
+        for i, env in enumerate(pars):
+            obs, rew, term, trunc, infos = env.step({a: actions[a][i] for a in env.agents})
+            for agent in vec.possible_agents:
+                assert v_rew[agent].dtype == np.float32
+                assert v_rew[agent][i] == np.float32(rew[agent])
+                assert v_term[agent][i] == term[agent] and v_trunc[agent][i] == trunc[agent]
+                assert infos[agent] == {k: v[i] for k, v in v_infos[agent].items()}
+                for key in ("observation", "action_mask"):
+                    np.testing.assert_array_equal(final_obs[agent][key][i], obs[agent][key])
+            np.testing.assert_array_equal(final_state[i], env.state())
+            if not env.agents:  # episode ended: vector env i auto-reset from its stream
+                episodes_ended += 1
+                successes += infos["querier_0"]["success"] == 1.0
+                obs, _ = env.reset()
+            p_obs[i] = obs
+    assert episodes_ended >= n_envs  # every env crossed at least one auto-reset
+    if kwargs is KW_SHORT:
+        assert successes > 0
+
+
+def test_full_episode_determinism():
+    def run(seed):
+        vec = websearch_v0.vector_env(6, preset="default", max_cycles=25)
+        obs, _ = vec.reset(seed=seed)
+        rng = np.random.default_rng(5)
+        trace = []
+        for _ in range(60):
+            actions = _actions(rng, {a: obs[a]["action_mask"] for a in vec.possible_agents})
+            obs, rew, term, trunc, infos = vec.step(actions)
+            trace.append(
+                (
+                    {a: obs[a]["observation"].copy() for a in obs},
+                    {a: rew[a].copy() for a in rew},
+                    term["querier_0"].copy(),
+                    {k: v.copy() for k, v in infos["browser_0"].items()},
+                    vec.state().copy(),
+                )
+            )
+        return trace
+
+    a, b = run(3), run(3)
+    for x, y in zip(a, b, strict=True):
+        for part_x, part_y in zip(x, y, strict=True):
+            if isinstance(part_x, dict):
+                for key in part_x:
+                    np.testing.assert_array_equal(part_x[key], part_y[key])
+            else:
+                np.testing.assert_array_equal(part_x, part_y)
+    c = run(4)
+    assert not np.array_equal(a[0][4], c[0][4])
+
+
+def test_autoreset_false_freezes_finished_envs():
+    vec = websearch_v0.vector_env(3, autoreset=False, **KW_SHORT)
+    obs, _ = vec.reset(seed=[5, 6, 7])
+    stay = {a: np.zeros(3, dtype=np.int64) for a in vec.possible_agents}
+    for _ in range(KW_SHORT["max_cycles"]):
+        obs, rew, term, trunc, infos = vec.step(stay)
+    assert trunc["querier_0"].all() and not term["querier_0"].any()
+    frozen_state = vec.state().copy()
+    frozen_obs = {a: obs[a]["observation"].copy() for a in vec.possible_agents}
+    assert infos["querier_0"]["episode_length"].tolist() == [12.0] * 3
+    assert infos["querier_0"]["steps_to_success"].tolist() == [12.0] * 3
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        obs, rew, term, trunc, infos = vec.step(
+            _actions(rng, {a: obs[a]["action_mask"] for a in vec.possible_agents})
+        )
+        for agent in vec.possible_agents:
+            assert (rew[agent] == 0).all() and trunc[agent].all() and not term[agent].any()
+            assert all((v == 0).all() for v in infos[agent].values())
+            np.testing.assert_array_equal(obs[agent]["observation"], frozen_obs[agent])
+        np.testing.assert_array_equal(vec.state(), frozen_state)
+    vec.reset(seed=0)
+    _, _, _, trunc, infos = vec.step(stay)
+    assert not trunc["querier_0"].any() and (infos["querier_0"]["episode_length"] == 1).all()
+
+
+def test_seeding_forms():
+    vec = websearch_v0.vector_env(3)
+    vec.reset(seed=10)
+    by_int = vec.state().copy()
+    vec.reset(seed=[10, 11, 12])
+    np.testing.assert_array_equal(vec.state(), by_int)
+    vec.reset(seed=[12, 11, 10])
+    np.testing.assert_array_equal(vec.state(), by_int[::-1])
+    vec.reset()  # continues each env's stream: new tasks
+    assert not np.array_equal(vec.state(), by_int[::-1])
+    with pytest.raises(ValueError, match="sequence of 3"):
+        vec.reset(seed=[1, 2])
+    with pytest.raises(ValueError, match="seed"):
+        vec.reset(seed=-1)
+
+
+def test_parallel_reset_none_continues_the_stream_like_the_vector_env():
+    env = websearch_v0.parallel_env(preset="easy")
+    vec = websearch_v0.vector_env(1, preset="easy", max_cycles=1)
+    env.reset(seed=9)
+    vec.reset(seed=9)
+    for _ in range(20):  # 20 tasks in a row: across the uniform blocks drawn ahead
+        np.testing.assert_array_equal(env.state(), vec.state()[0])
+        env.reset()
+        vec.step({a: np.zeros(1, dtype=np.int64) for a in vec.possible_agents})
+
+
+def test_contract_shapes_and_dtypes():
+    n = 4
+    vec = websearch_v0.vector_env(n)
+    assert vec.num_envs == n and vec.max_cycles == 40
+    assert vec.possible_agents == ["querier_0", "browser_0", "browser_1"]
+    obs, infos = vec.reset(seed=0)
+    keys = set(infos["querier_0"])
+    actions = {a: np.zeros(n, dtype=np.int32) for a in vec.possible_agents}
+    actions["querier_0"] = np.full(n, 3, dtype=np.int32)
+    obs, rew, term, trunc, infos = vec.step(actions)
+    for agent in vec.possible_agents:
+        space = vec.observation_space(agent)
+        n_actions = vec.action_space(agent).n
+        assert obs[agent]["observation"].shape == (n,) + space["observation"].shape
+        assert obs[agent]["observation"].dtype == np.float32
+        assert obs[agent]["action_mask"].shape == (n, n_actions)
+        assert obs[agent]["action_mask"].dtype == np.int8
+        for i in range(n):
+            assert space.contains(
+                {
+                    "observation": obs[agent]["observation"][i],
+                    "action_mask": obs[agent]["action_mask"][i],
+                }
+            )
+        assert rew[agent].shape == (n,) and term[agent].dtype == np.bool_
+        assert set(infos[agent]) == keys
+        assert all(v.shape == (n,) and v.dtype.kind == "f" for v in infos[agent].values())
+        parts = sum(infos[agent][k] for k in ("reward_team", "reward_individual", "reward_penalty"))
+        np.testing.assert_allclose(rew[agent], parts, rtol=1e-6)
+    state = vec.state()
+    assert state.shape == (n,) + vec.state_space.shape and state.dtype == np.float32
+    assert vec.state_space.contains(state[0])
+    assert vec.final_obs is obs  # no episode ended: the current observation
+
+
+def test_vector_arrays_are_fresh_each_step():
+    vec = websearch_v0.vector_env(2)
+    obs0, infos0 = vec.reset(seed=0)
+    kept = obs0["querier_0"]["observation"].copy()
+    kept_info = infos0["querier_0"]["episode_length"].copy()
+    vec.step(
+        {"querier_0": np.full(2, 3), "browser_0": np.zeros(2, int), "browser_1": np.zeros(2, int)}
+    )
+    np.testing.assert_array_equal(obs0["querier_0"]["observation"], kept)
+    np.testing.assert_array_equal(infos0["querier_0"]["episode_length"], kept_info)
+
+
+def test_query_log_grows_past_its_initial_capacity():
+    vec = websearch_v0.vector_env(2, preset="easy", max_cycles=3)
+    vec.reset(seed=0)
+    vec.max_cycles = 200  # a writable attribute, read at every step
+    toggle = {"querier_0": np.full(2, 3), "browser_0": np.zeros(2, int)}
+    issue = {"querier_0": np.full(2, 1), "browser_0": np.zeros(2, int)}
+    vec.step(toggle)
+    for _ in range(30):
+        _, _, _, trunc, infos = vec.step(issue)
+    assert not trunc["querier_0"].any()
+    assert infos["querier_0"]["queries_issued"].tolist() == [30.0, 30.0]
+    assert infos["querier_0"]["query_diversity"].tolist() == [1 / 30, 1 / 30]
+    assert len(vec.queries(0)) == 30
+
+
+def test_memory_per_env_is_small():
+    vec = websearch_v0.vector_env(16, preset="hard")
+    obs, _ = vec.reset(seed=0)
+    per_env = vec._core.nbytes() / 16
+    obs_bytes = sum(x.nbytes for parts in obs.values() for x in parts.values()) / 16
+    assert (per_env + 2 * obs_bytes) * 4096 < 0.5 * 2**30
