@@ -474,6 +474,7 @@ def test_end_to_end_real_train(tmp_path) -> None:
     # an interrupted run (checkpoint, no eval.json) is resumed with the real --resume; the
     # finished runs are not rerun
     (out / "runs" / "ti" / "seed_1" / "eval.json").unlink()
+    (out / "runs" / "ti" / "seed_1" / "finished.json").unlink()
     res = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=280)
     assert res.returncode == 0, res.stderr[-3000:]
     status = json.loads((out / "status.json").read_text())

@@ -12,13 +12,28 @@
 Every variant x seed is a normal ``python -m marl.train`` run (a subprocess) with
 ``--run-dir OUT/runs/<variant>/seed_<s>``: the same run-directory format as any training run
 (docs/CONTRACTS.md section 4), its output in ``OUT/logs/<variant>/seed_<s>.log``. Up to
-``--jobs`` runs at once. Rerunning the same command skips finished runs (``eval.json``
-present), resumes interrupted ones from ``checkpoints/latest.pt`` (``--resume``) and restarts
-the others (a crashed run is retried). Then it aggregates (``marl.experiments.stats``: IQM and
-mean with
-stratified-bootstrap CIs, probability of improvement over the reference variant, stability
-figures) and writes ``summary.json``, ``report.md`` and ``plots/*.png``
-(``marl.experiments.report``).
+``--jobs`` runs at once. Rerunning the same command skips finished runs, resumes interrupted
+ones from ``checkpoints/latest.pt`` (``--resume``) and restarts the others (a crashed run is
+retried). Then it aggregates (``marl.experiments.stats``: IQM and mean with stratified-bootstrap
+CIs, probability of improvement over the reference variant, stability figures) and writes
+``summary.json``, ``report.md`` and ``plots/*.png`` (``marl.experiments.report``).
+
+A run is finished when its directory holds ``finished.json``, which marl.train writes last at
+the normal end of a run (after eval.json) and removes when a run starts or resumes. eval.json
+alone does not count (``python -m marl.evaluate`` writes it into interrupted runs too), except
+for runs trained before the marker existed: those count when they hold eval.json and
+OUT/status.json records them as finished (:func:`run_finished`). A train command that exits 0
+and leaves eval.json (or the marker) finished.
+
+Launchers: ``--launcher local`` (the default) runs the train commands as child processes of
+compare. ``--launcher ray`` runs each as a Ray task (``--cpus-per-run`` CPUs, default 1) on the
+cluster at ``--address`` (else ``RAY_ADDRESS``, else a local Ray cluster started for the
+compare), with the same bookkeeping, lock, resumption and report: a task runs the same
+command, so the results are the same for the same seeds. Up to ``--jobs`` tasks at once
+(default: the cluster's CPUs // --cpus-per-run when compare connects); each run gets
+``--torch-threads=--cpus-per-run`` (unless the options set it). On a cluster, OUT (and the
+working directory) must be on a file system that every node mounts at the same path, with
+the same Python environment on every node (or a ``--train-command`` that works there).
 
 Variant options: ``NAME:ARGS`` with ARGS train options separated by commas
 (``ti:--whitening=team_individual,--alpha=0.5``), or a YAML file (``--variants FILE``) mapping
@@ -42,6 +57,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -57,6 +73,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marl.run.checkpoint import wait_for_run_dir
+from marl.run.train import FINISHED_MARKER
 
 __all__ = [
     "Variant",
@@ -67,7 +84,10 @@ __all__ = [
     "build_spec",
     "validate_spec",
     "plan_runs",
+    "run_finished",
     "run_state",
+    "LocalLauncher",
+    "RayLauncher",
     "execute_runs",
     "collect_runs",
     "main",
@@ -84,6 +104,7 @@ MANAGED_OPTIONS = {
     "--max-time": "the budget is the same for every run: use compare's --max-time",
     "--algo": "set by compare's --algo",
     "--config": "set by compare's --config",
+    "--overwrite": "compare resumes interrupted runs; it never overwrites one (use a new --out)",
 }
 
 #: Options added to every run that change no result, only what a run prints and writes
@@ -93,6 +114,11 @@ QUIET_RUN_OPTIONS = ["--progress=false", "--gif=false", "--baselines=false"]
 LOG_TAIL_LINES = 25
 #: Seconds a run gets to checkpoint and exit after compare is interrupted.
 STOP_GRACE_S = 30.0
+#: The error of --launcher ray without the ray package.
+RAY_MISSING = (
+    "--launcher ray needs the ray package, which is not installed: pip install "
+    "'coopsearch[ray]' (or pip install 'ray>=2.9')"
+)
 
 
 class CompareError(ValueError):
@@ -125,6 +151,14 @@ class CompareSpec:
     quiet_runs: bool = True
     torch_threads: int | None = None
     study: str | None = None
+    launcher: str = "local"
+    """``local`` (child processes) or ``ray`` (Ray tasks)."""
+    address: str | None = None
+    """Ray cluster address (``--address``); None: ``RAY_ADDRESS``, else a local cluster."""
+    cpus_per_run: float = 1.0
+    """CPUs each Ray task requests."""
+    jobs_from_cluster: bool = False
+    """``jobs`` is provisional: set from the Ray cluster's CPUs when compare connects."""
 
     def budget_args(self) -> list[str]:
         """The per-run budget as train options."""
@@ -296,7 +330,15 @@ def build_spec(args: argparse.Namespace) -> CompareSpec:
         raise CompareError(f"--total-steps must be >= 1, got {args.total_steps}")
     if args.max_time is not None and not args.max_time > 0:
         raise CompareError(f"--max-time must be > 0 seconds, got {args.max_time}")
+    if not args.cpus_per_run > 0:
+        raise CompareError(f"--cpus-per-run must be > 0, got {args.cpus_per_run}")
+    if args.launcher != "ray" and (args.address is not None or args.cpus_per_run != 1.0):
+        raise CompareError("--address and --cpus-per-run apply to --launcher ray only")
+    if args.launcher == "ray" and importlib.util.find_spec("ray") is None:
+        raise CompareError(RAY_MISSING)
     jobs = args.jobs if args.jobs is not None else _cpu_count()
+    if args.launcher == "ray" and args.jobs is None:
+        jobs = max(1, int(_cpu_count() // args.cpus_per_run))  # until the cluster is known
     if jobs < 1:
         raise CompareError(f"--jobs must be >= 1, got {jobs}")
     if args.config is not None and not os.path.isfile(args.config):
@@ -325,6 +367,10 @@ def build_spec(args: argparse.Namespace) -> CompareSpec:
         quiet_runs=not args.verbose_runs,
         torch_threads=args.torch_threads,
         study=args.study,
+        launcher=args.launcher,
+        address=args.address,
+        cpus_per_run=float(args.cpus_per_run),
+        jobs_from_cluster=args.launcher == "ray" and args.jobs is None,
     )
     variants: list[Variant] = []
     study_reference = None
@@ -359,6 +405,8 @@ def build_spec(args: argparse.Namespace) -> CompareSpec:
 def plan_runs(spec: CompareSpec) -> list[RunSpec]:
     """One RunSpec per variant x seed, ordered seed-major so early results cover variants."""
     threads = spec.torch_threads
+    if threads is None and spec.launcher == "ray":
+        threads = max(1, int(spec.cpus_per_run))
     if threads is None:
         threads = max(1, _cpu_count() // max(1, spec.jobs))
     runs = []
@@ -379,10 +427,23 @@ def plan_runs(spec: CompareSpec) -> list[RunSpec]:
     return runs
 
 
-def run_state(run: RunSpec) -> str:
-    """``finished`` (eval.json), ``resumable`` (a checkpoint), ``partial`` (a directory
-    without checkpoint: restarted from scratch) or ``new``."""
-    if os.path.isfile(os.path.join(run.run_dir, "eval.json")):
+def run_finished(run_dir: str, recorded: dict[str, Any] | None = None) -> bool:
+    """Whether the run in ``run_dir`` trained to its end: it holds ``finished.json``
+    (:data:`marl.run.train.FINISHED_MARKER`, written last by marl.train). A run trained before
+    the marker existed counts when it holds ``eval.json`` and ``recorded`` (its status.json
+    entry) says a compare saw it finish. eval.json alone is not enough: ``python -m
+    marl.evaluate`` writes it into interrupted runs too."""
+    if os.path.isfile(os.path.join(run_dir, FINISHED_MARKER)):
+        return True
+    legacy = (recorded or {}).get("state") == "finished"
+    return legacy and os.path.isfile(os.path.join(run_dir, "eval.json"))
+
+
+def run_state(run: RunSpec, status: dict[str, Any] | None = None) -> str:
+    """``finished`` (:func:`run_finished`; ``status``: the status.json mapping), ``resumable``
+    (a checkpoint), ``partial`` (a directory without checkpoint: restarted from scratch) or
+    ``new``."""
+    if run_finished(run.run_dir, (status or {}).get(run.key)):
         return "finished"
     if os.path.isfile(os.path.join(run.run_dir, "checkpoints", "latest.pt")):
         return "resumable"
@@ -502,13 +563,223 @@ def _load_status(out: str) -> dict[str, Any]:
     return {}
 
 
+def _package_root() -> str:
+    """The folder holding the ``marl`` package (the checkout's root, or site-packages)."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _stop_process(proc: subprocess.Popen, deadline: float) -> None:
+    """Wait for a train process sent SIGTERM until ``deadline`` (monotonic), then SIGKILL its
+    process group."""
+    try:
+        proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+class LocalLauncher:
+    """Runs each train command as a child process of compare (``--launcher local``)."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        self._death_signal = _parent_death_signal_setter()
+        self._logs: dict[int, Any] = {}
+
+    def start(self, command: list[str], env: dict[str, str], log_path: str) -> subprocess.Popen:
+        """Start ``command`` with ``env`` added to this process's environment, its output
+        appended to ``log_path``."""
+        log = open(log_path, "a")  # noqa: SIM115 - closed when the run ends
+        proc = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **env},
+            start_new_session=True,
+            preexec_fn=self._death_signal,
+        )
+        self._logs[proc.pid] = log
+        return proc
+
+    def poll(self, proc: subprocess.Popen) -> int | None:
+        """The exit status once the run has ended, else None."""
+        rc = proc.poll()
+        if rc is not None:
+            self._logs.pop(proc.pid).close()
+        return rc
+
+    def stop(self, procs: list[subprocess.Popen], grace_s: float) -> list[int | None]:
+        """SIGTERM first (once, to the train process only: its helper processes, e.g. env
+        workers, must live until it has finished its update): marl.run.train writes a
+        checkpoint, so the next compare resumes it; SIGKILL to the group after ``grace_s``."""
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for proc in procs:
+            _stop_process(proc, deadline)
+            self._logs.pop(proc.pid).close()
+        return [proc.returncode for proc in procs]
+
+    def close(self) -> None:
+        pass
+
+
+def _train_in_worker(command: list[str], cwd: str, log_path: str, env: dict[str, str]) -> int:
+    """A Ray task: run ``command`` in ``cwd`` as a subprocess of the worker, its output appended
+    to ``log_path``; returns its exit status. Cancelled (``ray.cancel``: KeyboardInterrupt),
+    it sends the train process SIGTERM (it finishes its update and writes a checkpoint) and
+    waits :data:`STOP_GRACE_S` for it; the train process also gets SIGTERM when the worker
+    dies."""
+    with open(log_path, "a") as log:
+        proc = subprocess.Popen(
+            command,
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **env},
+            start_new_session=True,
+            preexec_fn=_parent_death_signal_setter(),
+        )
+        try:
+            while True:  # short waits: Ray's cancel arrives between two of them
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    return proc.wait(timeout=0.5)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+            _stop_process(proc, time.monotonic() + STOP_GRACE_S)
+            raise
+
+
+@dataclass
+class _RayTask:
+    ref: Any  # ray.ObjectRef of _train_in_worker's exit status
+    log_path: str
+
+
+#: Object store of a local Ray cluster started by compare (its tasks pass only exit codes).
+LOCAL_OBJECT_STORE_BYTES = 256 * 1024**2
+
+
+class RayLauncher:
+    """Runs each train command as a Ray task (``--launcher ray``) requesting ``cpus_per_run``
+    CPUs, on the cluster at ``address`` (``ray.init``'s address), else ``RAY_ADDRESS``, else a
+    local cluster of this machine's cores that :meth:`close` shuts down. Paths are absolute
+    (the worker's working directory is Ray's): OUT must be visible at the same path on every
+    node."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, cpus_per_run: float = 1.0) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise CompareError(RAY_MISSING) from None
+        self.ray = ray
+        address = address or os.environ.get("RAY_ADDRESS") or None
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+        if address is None:  # a local cluster for this compare; its workers import this
+            # module from where this process does (a checkout need not be installed)
+            pythonpath = os.pathsep.join(
+                p for p in (_package_root(), os.environ.get("PYTHONPATH")) if p
+            )
+            kwargs.update(
+                address="local",
+                num_cpus=_cpu_count(),
+                object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+                runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
+            )
+        else:
+            kwargs["address"] = address
+        self._owns_ray = not ray.is_initialized()
+        if self._owns_ray:
+            try:
+                ray.init(**kwargs)
+            except Exception as exc:  # noqa: BLE001 - Ray's own errors (address, start-up)
+                where = f"the cluster at {address!r}" if address else "a local Ray cluster"
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise CompareError(
+                    f"--launcher ray: cannot connect to {where} ({type(exc).__name__}: {first})"
+                ) from None
+        self.cpus_per_run = float(cpus_per_run)
+        self._task = ray.remote(num_cpus=self.cpus_per_run, max_retries=0)(_train_in_worker)
+
+    def cluster_jobs(self) -> int:
+        """Runs the cluster can hold at once: its CPUs // cpus_per_run (at least 1)."""
+        cpus = float(self.ray.cluster_resources().get("CPU", 1.0))
+        return max(1, int(cpus // self.cpus_per_run))
+
+    def start(self, command: list[str], env: dict[str, str], log_path: str) -> _RayTask:
+        log_path = os.path.abspath(log_path)
+        ref = self._task.remote(list(command), os.getcwd(), log_path, dict(env))
+        return _RayTask(ref, log_path)
+
+    def poll(self, task: _RayTask) -> int | None:
+        """The run's exit status once its task has ended, else None; a task that failed in
+        Ray (a worker or node lost) is -1, the cause appended to the run's log."""
+        ready, _ = self.ray.wait([task.ref], timeout=0)
+        return self._result(task) if ready else None
+
+    def _result(self, task: _RayTask, *, cancelled: bool = False) -> int | None:
+        """The task's exit status; -1 for a task that failed in Ray (the cause appended to
+        the run's log); None for one that ``cancelled`` stopped."""
+        try:
+            return int(self.ray.get(task.ref))
+        except Exception as exc:  # noqa: BLE001 - RayTaskError, WorkerCrashedError, ...
+            text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # no terminal colours
+            first = text.splitlines()[0] if text else ""
+            note = (
+                "stopped (compare was interrupted)"
+                if cancelled
+                else f"the Ray task failed: {type(exc).__name__}: {first}"
+            )
+            with contextlib.suppress(OSError), open(task.log_path, "a") as log:
+                log.write(f"=== marl.compare: {note}\n")
+            return None if cancelled else -1
+
+    def stop(self, tasks: list[_RayTask], grace_s: float) -> list[int | None]:
+        """Cancel the tasks (each sends its train process SIGTERM: a checkpoint is written),
+        wait up to ``grace_s`` (plus the tasks' own grace), then force-cancel the rest."""
+        for task in tasks:
+            self.ray.cancel(task.ref)
+        refs = [task.ref for task in tasks]
+        self.ray.wait(refs, num_returns=len(refs), timeout=grace_s + STOP_GRACE_S)
+        out: list[int | None] = []
+        for task in tasks:
+            if self.ray.wait([task.ref], timeout=0)[0]:
+                out.append(self._result(task, cancelled=True))
+            else:
+                self.ray.cancel(task.ref, force=True)
+                out.append(None)
+        return out
+
+    def close(self) -> None:
+        if self._owns_ray:
+            self.ray.shutdown()
+
+
+def make_launcher(spec: CompareSpec) -> LocalLauncher | RayLauncher:
+    """The launcher ``spec.launcher`` names (a Ray one connects, and sets ``spec.jobs`` from
+    the cluster when ``--jobs`` was not given)."""
+    if spec.launcher == "ray":
+        launcher = RayLauncher(spec.address, spec.cpus_per_run)
+        if spec.jobs_from_cluster:
+            spec.jobs = launcher.cluster_jobs()
+        return launcher
+    return LocalLauncher()
+
+
 @dataclass
 class _Active:
     run: RunSpec
-    proc: subprocess.Popen
+    handle: Any  # the launcher's handle of the running train command
     started: float
     mode: str
-    log: Any
 
 
 def execute_runs(
@@ -517,13 +788,16 @@ def execute_runs(
     *,
     progress: bool = True,
     poll_s: float = 0.2,
+    launcher: LocalLauncher | RayLauncher | None = None,
 ) -> dict[str, Any]:
-    """Run the unfinished runs, up to ``spec.jobs`` at once; returns the status mapping.
+    """Run the unfinished runs, up to ``spec.jobs`` at once, with ``launcher`` (default
+    :func:`make_launcher`, closed at the end); returns the status mapping.
 
     The status (OUT/status.json, rewritten after every change) maps ``variant/seed_S`` to
     ``{"state", "returncode", "wall_s", "attempts", "mode", "command", "error"}`` where state
-    is ``finished`` or ``failed`` (a run that exited without eval.json; ``error`` holds the tail
-    of its log). Ctrl-C / SIGTERM stops the running children and re-raises KeyboardInterrupt.
+    is ``finished`` or ``failed`` (a run that exited non-zero or without eval.json; ``error``
+    holds the tail of its log). Ctrl-C / SIGTERM stops the running runs and re-raises
+    KeyboardInterrupt.
     """
     from tqdm import tqdm
 
@@ -532,19 +806,20 @@ def execute_runs(
     pending: deque[RunSpec] = deque()
     finished_before = 0
     for run in runs:
-        if run_state(run) == "finished":
+        if run_state(run, status) == "finished":
             finished_before += 1
             entry = status.setdefault(run.key, {})
             entry.update(state="finished", command=entry.get("command") or None)
         else:
             pending.append(run)
     _atomic_write_json(status_path, status)
+    if not pending:
+        return status
 
-    death_signal = _parent_death_signal_setter()
-    env = dict(os.environ)
-    pythonpath = env.get("PYTHONPATH", "")
-    repo_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = repo_root + (os.pathsep + pythonpath if pythonpath else "")
+    own_launcher = launcher is None
+    launcher = make_launcher(spec) if launcher is None else launcher
+    pythonpath = os.environ.get("PYTHONPATH", "")
+    env = {"PYTHONPATH": _package_root() + (os.pathsep + pythonpath if pythonpath else "")}
 
     active: list[_Active] = []
     bar = tqdm(
@@ -571,7 +846,7 @@ def execute_runs(
                 flush=True,
             ),
         )
-        state = run_state(run)
+        state = run_state(run, status)
         argv = list(run.train_args)
         if state == "resumable":
             mode = "resume"
@@ -583,28 +858,16 @@ def execute_runs(
         os.makedirs(os.path.dirname(run.log_path), exist_ok=True)
         os.makedirs(os.path.dirname(run.run_dir), exist_ok=True)
         command = spec.train_command + argv
-        log = open(run.log_path, "a")  # noqa: SIM115 - closed when the run ends
-        log.write(
-            f"=== marl.compare {mode} {time.strftime('%Y-%m-%d %H:%M:%S')}: {shlex.join(command)}\n"
-        )
-        log.flush()
+        with open(run.log_path, "a") as log:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            log.write(f"=== marl.compare {mode} {stamp}: {shlex.join(command)}\n")
         child_env = env
         m = [a for a in argv if _flag_name(a) == "--torch-threads"]
         if m and "=" in m[-1]:
-            child_env = dict(env)
             n = m[-1].split("=", 1)[1]
             if n.isdigit() and int(n) > 0:
-                child_env["OMP_NUM_THREADS"] = n
-                child_env["MKL_NUM_THREADS"] = n
-        proc = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=child_env,
-            start_new_session=True,
-            preexec_fn=death_signal,
-        )
+                child_env = {**env, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+        handle = launcher.start(command, child_env, run.log_path)
         entry = status.setdefault(run.key, {})
         entry.update(
             state="running",
@@ -612,17 +875,20 @@ def execute_runs(
             command=shlex.join(command),
             attempts=int(entry.get("attempts", 0)) + 1,
             log=os.path.relpath(run.log_path, spec.out),
+            launcher=launcher.name,
         )
         _atomic_write_json(status_path, status)
-        return _Active(run, proc, time.monotonic(), mode, log)
+        return _Active(run, handle, time.monotonic(), mode)
 
     def finish(item: _Active, returncode: int) -> None:
         nonlocal failed
-        item.log.close()
         wall = time.monotonic() - item.started
         entry = status[item.run.key]
         entry.update(returncode=returncode, wall_s=round(wall, 3))
-        if returncode == 0 and run_state(item.run) == "finished":
+        # exit 0 is a finished run (marl.train's contract); the marker or eval.json shows it
+        # trained here (a --train-command may not write the marker)
+        done = run_finished(item.run.run_dir, {"state": "finished"})
+        if returncode == 0 and done:
             entry.update(state="finished", error=None)
             msg = f"done   {item.run.key} ({item.mode}) in {wall:.1f}s"
         else:
@@ -640,24 +906,9 @@ def execute_runs(
             print(msg, file=sys.stderr, flush=True)
 
     def stop_all() -> None:
-        # SIGTERM first (once, to the train process only: its helper processes, e.g. env
-        # workers, must live until it has finished its update): marl.run.train writes a
-        # checkpoint, so the next compare resumes it; SIGKILL to the group after the grace
-        # period.
-        for item in active:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(item.proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        for item in active:
-            try:
-                item.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(item.proc.pid, signal.SIGKILL)
-                item.proc.wait()
-            item.log.close()
-            entry = status[item.run.key]
-            entry.update(state="interrupted", returncode=item.proc.returncode)
+        codes = launcher.stop([item.handle for item in active], STOP_GRACE_S)
+        for item, code in zip(active, codes, strict=True):
+            status[item.run.key].update(state="interrupted", returncode=code)
         _atomic_write_json(status_path, status)
 
     def on_sigterm(signum: int, frame: Any) -> None:
@@ -672,7 +923,7 @@ def execute_runs(
                 postfix()
             time.sleep(poll_s)
             for item in list(active):
-                rc = item.proc.poll()
+                rc = launcher.poll(item.handle)
                 if rc is not None:
                     active.remove(item)
                     finish(item, rc)
@@ -683,6 +934,8 @@ def execute_runs(
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if own_launcher:
+            launcher.close()
     bar.close()
     return status
 
@@ -719,7 +972,7 @@ def collect_runs(spec: CompareSpec, runs: list[RunSpec]) -> list[dict[str, Any]]
     records = []
     for run in runs:
         entry = status.get(run.key, {})
-        state = run_state(run)
+        state = run_state(run, status)
         if state == "finished":
             final = "finished"
         elif entry.get("state") == "failed":
@@ -794,7 +1047,33 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--total-steps", type=int, help="Env steps per run.")
     budget.add_argument("--max-time", type=float, help="Wall-clock seconds per run.")
     p.add_argument(
-        "--jobs", type=int, default=None, help="Runs at once (default: number of CPU cores)."
+        "--jobs",
+        type=int,
+        default=None,
+        help="Runs at once (default: number of CPU cores; with --launcher ray: the cluster's "
+        "CPUs // --cpus-per-run).",
+    )
+    p.add_argument(
+        "--launcher",
+        choices=("local", "ray"),
+        default="local",
+        help="Where the runs train: 'local' child processes (default) or 'ray' tasks on a Ray "
+        "cluster (pip install 'coopsearch[ray]'). Same bookkeeping, resumption and results.",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        metavar="ADDR",
+        help="--launcher ray: the cluster to use (ray.init's address: 'auto', 'HOST:6379', "
+        "'ray://HOST:10001'); default: RAY_ADDRESS, else a local Ray cluster on this machine.",
+    )
+    p.add_argument(
+        "--cpus-per-run",
+        type=float,
+        default=1.0,
+        metavar="N",
+        help="--launcher ray: CPUs each run's task requests (default 1); the run's torch "
+        "threads follow it unless --torch-threads or the options set them.",
     )
     p.add_argument("--out", required=True, help="Output directory.")
     p.add_argument(
@@ -868,9 +1147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise CompareError(f"--confidence must be in (0, 1), got {args.confidence}")
         runs = plan_runs(spec)
         if args.dry_run:
+            status = _load_status(spec.out)
             for run in runs:
                 command = shlex.join(spec.train_command + run.train_args)
-                print(f"{run.key} [{run_state(run)}]: {command}")
+                print(f"{run.key} [{run_state(run, status)}]: {command}")
             return 0
         check_and_store_spec(spec)
     except CompareError as exc:

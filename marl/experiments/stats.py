@@ -350,7 +350,8 @@ class RunData:
 
     @property
     def finished(self) -> bool:
-        """eval.json present (docs/CONTRACTS.md: its presence means the run finished)."""
+        """eval.json present (whether the run trained to its end is marl.compare's decision,
+        from ``finished.json``; here: whether there are final figures to aggregate)."""
         return self.eval is not None
 
 

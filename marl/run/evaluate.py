@@ -12,6 +12,11 @@ entropy).
 Evaluation samples actions with its own ``torch.Generator`` (seeded from the first validation
 seed) so that it never disturbs the training RNG streams; ``deterministic=True`` takes the
 most likely action instead.
+
+``python -m marl.evaluate RUN_DIR [--episodes N | --seeds 100-131] [--checkpoint FILE]
+[--device cpu|cuda|auto] [--gif PATH] [--deterministic]`` evaluates a run's policy with
+:func:`evaluate_policy` (the run's ``eval_repeats``) and rewrites ``RUN_DIR/eval.json``; it
+never writes ``RUN_DIR/finished.json``, the marker of a run that trained to its end.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -30,10 +36,24 @@ import torch
 from marl.collect import EVAL_KEYS, ObsBatcher, PolicyActor, evaluate_episodes
 from marl.envapi import make_vector_env
 from marl.policies import AgentLayout, MultiAgentPolicy
-from marl.run.checkpoint import CheckpointError, load_newest_checkpoint
-from marl.run.config import ConfigError, config_from_dict, load_run_config
+from marl.run.checkpoint import (
+    CheckpointError,
+    describe_checkpoint,
+    load_checkpoint,
+    load_newest_checkpoint,
+)
+from marl.run.config import MAX_SEED, ConfigError, config_from_dict, load_run_config
+from marl.run.plots import write_gif
 
-__all__ = ["evaluate_policy", "record_episode", "format_table", "main", "EVAL_KEYS"]
+__all__ = [
+    "evaluate_policy",
+    "record_episode",
+    "format_table",
+    "load_run_policy",
+    "parse_seeds",
+    "main",
+    "EVAL_KEYS",
+]
 
 
 def evaluate_policy(
@@ -137,17 +157,35 @@ def _warn(message: str) -> None:
 
 
 def load_run_policy(
-    run_dir: str, device: str = "cpu", *, warn: Any = _warn
+    run_dir: str,
+    device: str | torch.device = "cpu",
+    *,
+    checkpoint: str | None = None,
+    warn: Any = _warn,
 ) -> tuple[MultiAgentPolicy, Any, dict]:
-    """(policy with the newest loadable checkpoint's weights, its config, the checkpoint).
+    """(policy with the newest loadable checkpoint's weights, its config, the checkpoint's
+    dict with ``path``: the file it was loaded from).
 
     A checkpoint that fails to load is reported through ``warn`` by its file name and the next
-    older one is used; :class:`ConfigError` when ``run_dir`` is not a run directory,
-    :class:`marl.run.checkpoint.CheckpointError` when no checkpoint loads."""
+    older one is used (:func:`marl.run.checkpoint.load_newest_checkpoint`); ``checkpoint``: this
+    file instead, without fallback. :class:`ConfigError` when ``run_dir`` is not a run
+    directory, :class:`marl.run.checkpoint.CheckpointError` when no checkpoint loads."""
     if not os.path.isfile(os.path.join(run_dir, "config.yaml")):
         raise ConfigError(f"{run_dir!r} is not a run directory (no config.yaml in it)")
     cfg = config_from_dict(load_run_config(run_dir))
-    ckpt, path, _ = load_newest_checkpoint(run_dir, warn=warn)
+    if checkpoint is None:
+        ckpt, path, _ = load_newest_checkpoint(run_dir, warn=warn)
+    else:
+        path = checkpoint
+        try:
+            ckpt = load_checkpoint(path)
+        except Exception as exc:  # noqa: BLE001 - any failure to load is the user's answer
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise CheckpointError(
+                f"--checkpoint {path!r} could not be loaded ({type(exc).__name__}: {first})"
+            ) from exc
+        if not isinstance(ckpt, dict) or "algo" not in ckpt:
+            raise CheckpointError(f"--checkpoint {path!r} is not a training checkpoint")
     vec = make_vector_env(cfg.env_fn, 1, cfg.env, autoreset=False)
     policy = MultiAgentPolicy(
         AgentLayout.from_env(vec), cfg.backbone, cfg.hidden_dim, cfg.activation
@@ -158,57 +196,164 @@ def load_run_policy(
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         msg = f"checkpoint {path} does not fit {run_dir}/config.yaml ({first})"
         raise CheckpointError(msg) from exc
+    ckpt["path"] = path
     return policy, cfg, ckpt
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_seeds(text: str) -> list[int]:
+    """``--seeds``: comma-separated seeds and inclusive ranges, ``"100,101"``, ``"100-131"``,
+    ``"0-3,10"``; raises ValueError naming the bad item (or a seed given twice)."""
+    seeds: list[int] = []
+    for item in (part.strip() for part in text.split(",")):
+        m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", item)
+        if not m:
+            raise ValueError(
+                f"--seeds: invalid item {item!r}; expected seeds and ranges like 100,101 or "
+                "100-131 (non-negative integers)"
+            )
+        first = int(m.group(1))
+        last = first if m.group(2) is None else int(m.group(2))
+        if last < first:
+            raise ValueError(f"--seeds: empty range {item!r} (the end is before the start)")
+        seeds.extend(range(first, last + 1))
+    too_big = [s for s in seeds if s > MAX_SEED]
+    if too_big:
+        raise ValueError(f"--seeds: {too_big[0]} is larger than {MAX_SEED} (2**32 - 1)")
+    twice = sorted({s for s in seeds if seeds.count(s) > 1})
+    if twice:
+        raise ValueError(f"--seeds: seed {twice[0]} given twice")
+    return seeds
+
+
+def _resolve_checkpoint(run_dir: str, name: str) -> str:
+    """``--checkpoint``: a path, else a name inside RUN_DIR or RUN_DIR/checkpoints."""
+    for path in (name, os.path.join(run_dir, name), os.path.join(run_dir, "checkpoints", name)):
+        if os.path.isfile(path):
+            return path
+    raise CheckpointError(
+        f"--checkpoint {name!r}: no such file (looked at it as a path, in {run_dir!r} and in "
+        f"{os.path.join(run_dir, 'checkpoints')!r})"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m marl.evaluate`` argument parser."""
     p = argparse.ArgumentParser(
         prog="python -m marl.evaluate",
-        description="Re-evaluate a run's newest checkpoint on its validation seeds, print the "
-        "figures and rewrite RUN_DIR/eval.json. A checkpoint that fails to load is reported "
-        "and the next older one is used. Exit status: 0 done, 2 bad input (an 'error:' line).",
+        description="Evaluate a run's policy (its newest checkpoint that loads, or "
+        "--checkpoint FILE) with the trainer's evaluation (the run's eval_repeats episodes per "
+        "seed), print the figures and rewrite RUN_DIR/eval.json. A checkpoint that fails to "
+        "load is reported and the next older one is used. Writing eval.json does not mark the "
+        "run as finished (RUN_DIR/finished.json, written by marl.train, does). Exit status: "
+        "0 done, 2 bad input (an 'error:' line).",
     )
-    p.add_argument("run_dir")
-    p.add_argument(
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
         "--episodes",
         type=int,
         default=None,
-        help="validation episodes (default: the run's eval_episodes)",
+        metavar="N",
+        help="validation seeds eval_seed..eval_seed+N-1 (default: the run's eval_episodes)",
+    )
+    which.add_argument(
+        "--seeds",
+        default=None,
+        metavar="LIST",
+        help="the seeds themselves: comma-separated seeds and inclusive ranges (100,101 or "
+        "100-131)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        metavar="FILE",
+        help="evaluate this checkpoint (a path, or a name in RUN_DIR/checkpoints such as "
+        "ckpt_40.pt) instead of the newest one that loads",
+    )
+    p.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda", "auto"),
+        help="torch device of the policy ('auto': cuda when available) [default: cpu]",
+    )
+    p.add_argument(
+        "--gif",
+        default=None,
+        metavar="PATH",
+        help="also write a GIF of one episode (the first seed) to PATH",
     )
     p.add_argument("--deterministic", action="store_true", help="greedy actions")
+    return p
+
+
+def _error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     if not os.path.isdir(args.run_dir):
-        print(f"error: {args.run_dir!r} is not a directory", file=sys.stderr)
-        return 2
+        return _error(f"{args.run_dir!r} is not a directory")
     if args.episodes is not None and args.episodes < 1:
-        print("error: --episodes must be >= 1", file=sys.stderr)
-        return 2
+        return _error(f"--episodes must be >= 1, got {args.episodes}")
+    seeds_given = None
+    if args.seeds is not None:
+        try:
+            seeds_given = parse_seeds(args.seeds)
+        except ValueError as exc:
+            return _error(str(exc))
+    if args.device == "cuda" and not torch.cuda.is_available():
+        return _error("--device cuda: CUDA is not available here; allowed here: cpu, auto")
+    device = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device
+    device = "cpu" if device == "auto" else device
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     try:
-        policy, cfg, _ = load_run_policy(args.run_dir)
+        checkpoint = None
+        if args.checkpoint is not None:
+            checkpoint = _resolve_checkpoint(args.run_dir, args.checkpoint)
+        policy, cfg, ckpt = load_run_policy(args.run_dir, device, checkpoint=checkpoint)
     except (ConfigError, CheckpointError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    n = cfg.eval_episodes if args.episodes is None else args.episodes
-    seeds = list(range(cfg.eval_seed, cfg.eval_seed + n))
-    result = evaluate_policy(
-        policy,
-        cfg.env_fn,
-        cfg.env,
-        seeds,
-        deterministic=args.deterministic or cfg.eval_deterministic,
-        repeats=cfg.eval_repeats,
+        return _error(str(exc))
+    if seeds_given is None:
+        n = cfg.eval_episodes if args.episodes is None else args.episodes
+        seeds = list(range(cfg.eval_seed, cfg.eval_seed + n))
+    else:
+        seeds = seeds_given
+    deterministic = args.deterministic or cfg.eval_deterministic
+    print(
+        f"[marl.evaluate] {describe_checkpoint(args.run_dir, ckpt['path'])} (update "
+        f"{ckpt.get('update', '?')}, {ckpt.get('env_steps', '?')} env steps) on {len(seeds)} "
+        f"seeds x {cfg.eval_repeats} episodes, device {device}",
+        file=sys.stderr,
+        flush=True,
     )
+    result = evaluate_policy(
+        policy, cfg.env_fn, cfg.env, seeds, deterministic=deterministic, repeats=cfg.eval_repeats
+    )
+    table = format_table({cfg.algo: result})
     path = os.path.join(args.run_dir, "eval.json")
     try:
         with open(path + ".tmp", "w") as fh:
             json.dump(result, fh, indent=2)
         os.replace(path + ".tmp", path)
     except OSError as exc:
-        print(f"error: cannot write {path!r}: {exc.strerror or exc}", file=sys.stderr)
-        print(format_table({cfg.algo: result}))
-        return 2
-    print(format_table({cfg.algo: result}))
+        print(table)
+        return _error(f"cannot write {path!r}: {exc.strerror or exc}")
+    print(table)
+    if args.gif is not None:
+        frames = record_episode(
+            policy, cfg.env_fn, cfg.env, seeds[0], deterministic=deterministic, device=device
+        )
+        if not frames:
+            return _error(f"--gif: the env {cfg.env_fn} cannot render rgb_array frames")
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(args.gif)), exist_ok=True)
+            write_gif(frames, args.gif)
+        except OSError as exc:
+            return _error(f"--gif: cannot write {args.gif!r}: {exc.strerror or exc}")
+        print(f"[marl.evaluate] {args.gif}: {len(frames)} frames (seed {seeds[0]})")
     return 0
 
 

@@ -21,14 +21,25 @@ never overwritten without ``--overwrite``; ``--resume`` checks everything (confi
 the newest checkpoint that loads) before it writes anything; SIGINT and SIGTERM finish the
 update, write a checkpoint and exit :data:`EXIT_INTERRUPTED`; the last K checkpoints are kept;
 file-system faults are ``error:`` lines (rc 2) naming the path and the cause.
+
+A run that trains to its end writes ``RUN_DIR/finished.json`` (:data:`FINISHED_MARKER`) last,
+after eval.json, plots and GIF; starting or resuming a run removes it first. It is what
+``marl.compare`` takes as "finished" (``python -m marl.evaluate`` rewrites eval.json but never
+writes the marker).
+
+``--wandb`` (and ``--wandb-project``, ``--wandb-entity``, ``--wandb-run-name``,
+``--wandb-mode``): train flags outside the config, like ``--keep-checkpoints``; they add W&B
+logging (:class:`marl.run.runlog.WandbOptions`) and change no result.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import errno
 import importlib
 import json
+import math
 import os
 import random
 import shutil
@@ -64,16 +75,27 @@ from marl.run.config import (
     EXIT_INTERRUPTED,
     BaseConfig,
     ConfigError,
+    build_parser,
     config_to_dict,
     parse_cli,
 )
 from marl.run.evaluate import evaluate_policy, format_table, record_episode
 from marl.run.plots import plot_advantage_histograms, plot_learning_curves, write_gif
-from marl.run.runlog import RunLogger, read_metrics
+from marl.run.runlog import (
+    RunLogger,
+    WandbError,
+    WandbOptions,
+    add_wandb_arguments,
+    import_wandb,
+    read_metrics,
+    wandb_options_from_args,
+)
+from seqmodels.kernels import numba_available, set_numba_threading_layer
 
 __all__ = [
     "ALGORITHMS",
     "EXIT_INTERRUPTED",
+    "FINISHED_MARKER",
     "RUN_FILES",
     "RUN_FOLDERS",
     "register_algorithm",
@@ -223,9 +245,13 @@ def _finish(algo, cfg: BaseConfig, run_dir: str, rows: list[dict] | None) -> dic
     return result
 
 
+#: Written last by a run that trained to its end (update, env_steps, time_s, checkpoint):
+#: ``marl.compare`` takes a run directory holding it as finished.
+FINISHED_MARKER = "finished.json"
+
 #: The files and folders a run writes in its directory: a directory holding any of them is a
 #: run (and is refused as the --run-dir of a new run without --overwrite).
-RUN_FILES = ("config.yaml", "metrics.jsonl", "eval.json", "episode.gif")
+RUN_FILES = ("config.yaml", "metrics.jsonl", "eval.json", "episode.gif", FINISHED_MARKER)
 RUN_FOLDERS = ("checkpoints", "tb", "plots")
 
 
@@ -280,12 +306,27 @@ def _kept_note(saved: dict[str, Any], cfg: BaseConfig) -> str:
     )
 
 
+def _set_threading_layer(name: str) -> None:
+    """numba's threading layer for this process (``--numba-threading-layer``); a process whose
+    numba already runs on another layer (e.g. a second run in one Python session) keeps it,
+    with a warning."""
+    if name == "default" or not numba_available():
+        return
+    try:
+        set_numba_threading_layer(name)
+    except ValueError as exc:
+        raise ConfigError(f"--numba-threading-layer {name}: {exc}") from None
+    except RuntimeError as exc:
+        _warn(f"--numba-threading-layer {name} not applied: {exc}")
+
+
 def train(
     cfg: BaseConfig,
     *,
     resume: bool = False,
     overwrite: bool | None = None,
     keep_checkpoints: int | None = None,
+    wandb: WandbOptions | None = None,
 ) -> dict[str, Any] | None:
     """Run training as configured; returns the final evaluation ({} on ranks other than 0),
     or None when SIGINT/SIGTERM interrupted it (a checkpoint was written).
@@ -295,14 +336,23 @@ def train(
     the env, and on ``resume`` the newest checkpoint that loads (older ones are tried when a
     newer one is corrupt) and that it fits the algorithm. ``keep_checkpoints``: how many
     checkpoints to keep (default ``--keep-checkpoints``, else the resumed run's value, else
-    :data:`marl.run.checkpoint.DEFAULT_KEEP`).
+    :data:`marl.run.checkpoint.DEFAULT_KEEP`). ``wandb``: also log to Weights & Biases
+    (default ``cfg._wandb`` from ``--wandb``; a resumed run continues its W&B run).
     """
+    if wandb is None:
+        wandb = getattr(cfg, "_wandb", None)
+    if wandb is not None:
+        try:
+            import_wandb()
+        except WandbError as exc:
+            raise ConfigError(str(exc)) from None
     if overwrite is None:
         overwrite = bool(getattr(cfg, "_overwrite", False))
     if keep_checkpoints is None:
         keep_checkpoints = getattr(cfg, "_keep_checkpoints", None)
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: CUDA is not available here; allowed here: cpu, auto")
+    _set_threading_layer(cfg.numba_threading_layer)
     ctx = _init_distributed(cfg)
     is_main = ctx.is_main
     # default: up to 2 threads per process, the cores shared among torchrun's local ranks
@@ -358,8 +408,10 @@ def train(
             held.enter_context(lock_run_dir(run_dir))
             if not resume and overwrite:
                 _remove_run_files(run_dir)
-            # eval.json marks a finished run: a continued or restarted run removes it first
-            for stale in ("eval.json",) if resume else ("eval.json", "episode.gif"):
+            # the marker (and eval.json) of a finished run: a continued or restarted run removes
+            # them first
+            outputs = (FINISHED_MARKER, "eval.json")
+            for stale in outputs if resume else (*outputs, "episode.gif"):
                 if os.path.exists(os.path.join(run_dir, stale)):
                     os.remove(os.path.join(run_dir, stale))
             if not resume:
@@ -370,7 +422,18 @@ def train(
                 yaml.safe_dump(config_to_dict(cfg), sort_keys=False),
             )
         return _train_loop(
-            cfg, ctx, algo, run_dir, resume, keep, update, env_steps, elapsed_before, ckpt_path
+            cfg,
+            ctx,
+            algo,
+            run_dir,
+            resume,
+            keep,
+            update,
+            env_steps,
+            elapsed_before,
+            ckpt_path,
+            wandb=wandb,
+            wandb_resume_id=ckpt.get("wandb_run_id") if ckpt is not None else None,
         )
 
 
@@ -395,6 +458,9 @@ def _train_loop(
     env_steps: int,
     elapsed_before: float,
     ckpt_path: str | None,
+    *,
+    wandb: WandbOptions | None = None,
+    wandb_resume_id: str | None = None,
 ) -> dict[str, Any] | None:
     """The loop of :func:`train` once the run directory is prepared (and locked)."""
     is_main = ctx.is_main
@@ -405,6 +471,9 @@ def _train_loop(
         enabled=is_main,
         resume_update=update if resume else None,
         resume_env_steps=env_steps if resume else None,
+        wandb=wandb if is_main else None,
+        wandb_config=config_to_dict(cfg),
+        wandb_resume_id=wandb_resume_id,
     )
     agents = algo.layout.n_agents
     saved: dict[str, Any] = {"path": ckpt_path, "update": update if resume else None}
@@ -423,6 +492,8 @@ def _train_loop(
             "rng": rng_state(),
             "config": config_to_dict(cfg),
             "keep_checkpoints": keep,
+            # kept through resumes without --wandb, for a later one with it
+            "wandb_run_id": logger.wandb_run_id or wandb_resume_id,
         }
         logger.flush()  # the TensorBoard events up to this update are on disk first
         saved["path"] = save_run_checkpoint(run_dir, path_update, payload, keep)
@@ -450,11 +521,19 @@ def _train_loop(
     handled = (signal.SIGINT, signal.SIGTERM)
     old_handlers = {s: signal.signal(s, on_signal) for s in handled} if _main_thread() else {}
     bar = None
+    # the bar counts env steps towards --total-steps, else seconds towards --max-time
+    bar_in_steps = budget.total_steps is not None
     if is_main and cfg.progress:
         bar = tqdm(
-            total=1000,
+            total=budget.total_steps if bar_in_steps else math.ceil(budget.max_time),
+            initial=env_steps if bar_in_steps else int(elapsed_before),
             desc=f"{cfg.algo}",
-            unit="‰",
+            unit="step" if bar_in_steps else "s",
+            unit_scale=bar_in_steps,
+            # seconds of budget per second is no rate: show the times instead
+            bar_format=None
+            if bar_in_steps
+            else "{l_bar}{bar}| {n_fmt}/{total_fmt} s [{elapsed}<{remaining}{postfix}]",
             leave=False,
             dynamic_ncols=True,
             file=sys.stderr,
@@ -507,7 +586,7 @@ def _train_loop(
                 row.update(last_eval)
             logger.log(row)
             if bar is not None:
-                bar.n = int(min(budget.progress(env_steps, elapsed), 1.0) * 1000)
+                bar.n = min(env_steps if bar_in_steps else int(elapsed), bar.total)
                 post = {"upd": update, "steps": env_steps, "sps": f"{row['agent_sps']:.0f}"}
                 if "episode/success" in row:
                     post["succ"] = f"{row['episode/success']:.2f}"
@@ -544,6 +623,16 @@ def _train_loop(
             return None
         stop["finishing"] = True
         result = _finish(algo, cfg, run_dir, None) if is_main else {}
+        if is_main:  # last: everything a finished run holds is written
+            _write_json(
+                os.path.join(run_dir, FINISHED_MARKER),
+                {
+                    "update": update,
+                    "env_steps": env_steps,
+                    "time_s": elapsed_before + (time.perf_counter() - t_start),
+                    "checkpoint": saved["path"] and os.path.relpath(saved["path"], run_dir),
+                },
+            )
     except (NonFiniteError, OSError) as exc:
         exc.marl_kept = _kept_note(saved, cfg)  # type: ignore[attr-defined]
         raise
@@ -589,16 +678,39 @@ def _describe_os_error(exc: OSError) -> str:
     return f"file-system error{where}: {cause}" + (f" ({code})" if code else "")
 
 
+class _FlagParser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise ConfigError(message)
+
+
+def _parse_wandb_flags(argv: list[str]) -> tuple[WandbOptions | None, list[str]]:
+    """(the ``--wandb*`` options, the other arguments for :func:`parse_cli`)."""
+    parser = _FlagParser(add_help=False, allow_abbrev=False)
+    add_wandb_arguments(parser)
+    ns, rest = parser.parse_known_args(list(argv))
+    try:
+        return wandb_options_from_args(ns), rest
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the process exit status: 0 finished, 1 stopped by the
     non-finite guard, 2 bad input or a file-system error, :data:`EXIT_INTERRUPTED` (3)
     interrupted by SIGINT/SIGTERM with a checkpoint written."""
     argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:
+        parser = build_parser()
+        add_wandb_arguments(parser)
+        parser.print_help()
+        return 0
     try:
+        wandb, argv = _parse_wandb_flags(argv)
         cfg = parse_cli(argv)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    cfg._wandb = wandb  # type: ignore[attr-defined]
     resume = getattr(cfg, "_resume", None) is not None
     if resume and not list_checkpoints(cfg.run_dir):
         print(
@@ -610,7 +722,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         result = train(cfg, resume=resume)
-    except (ConfigError, CheckpointError, RunDirBusyError) as exc:
+    except (ConfigError, CheckpointError, RunDirBusyError, WandbError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except NonFiniteError as exc:

@@ -1,0 +1,164 @@
+"""python -m marl.evaluate RUN_DIR: --seeds / --episodes / --checkpoint / --gif / --device,
+the checkpoint fallback, and the finish marker that marl.compare reads instead of eval.json.
+
+One tiny multisearch run (3 updates, a checkpoint after each) is trained once; the references
+are that run's own eval.json (written by the trainer on eval_seed..eval_seed+1 with its
+eval_repeats) and evaluations of a policy loaded with marl.load_policy."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import imageio.v2 as imageio
+import pytest
+import torch
+
+import marl
+from marl.experiments import compare
+from marl.run.evaluate import evaluate_policy, parse_seeds
+from marl.run.evaluate import main as eval_main
+from marl.run.train import FINISHED_MARKER
+from marl.run.train import main as train_main
+
+TINY = [
+    "--num-envs", "4", "--rollout-steps", "16", "--hidden-dim", "16",
+    "--critic-hidden-dim", "16", "--epochs", "1", "--num-minibatches", "1",
+    "--eval-episodes", "2", "--eval-repeats", "2", "--eval-every", "0",
+    "--checkpoint-every", "1", "--total-steps", "192", "--progress", "false",
+    "--baselines", "false", "--plots", "false", "--gif", "false",
+    "--env.grid_size", "8", "--env.max_cycles", "20", "--env.n_targets", "1",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    run = tmp_path_factory.mktemp("eval_cli") / "run"
+    assert train_main([*TINY, "--run-dir", str(run)]) == 0
+    return run
+
+
+@pytest.fixture
+def run(trained, tmp_path):
+    """A copy of the trained run that a test may change."""
+    copy = tmp_path / "run"
+    shutil.copytree(trained, copy)
+    return copy
+
+
+def _eval_json(run) -> dict:
+    return json.loads((run / "eval.json").read_text())
+
+
+def _reference(run, seeds, checkpoint=None) -> dict:
+    """The evaluation of a checkpoint, with the policy loaded through marl.load_policy."""
+    trained = marl.load_policy(str(run), checkpoint=checkpoint)
+    cfg = trained.config
+    return evaluate_policy(trained.policy, cfg.env_fn, cfg.env, seeds, repeats=cfg.eval_repeats)
+
+
+def test_parse_seeds() -> None:
+    assert parse_seeds("100,101") == [100, 101]
+    assert parse_seeds("100-103") == [100, 101, 102, 103]
+    assert parse_seeds("0-2, 7") == [0, 1, 2, 7]
+    for bad, message in (
+        ("5-3", "empty range"),
+        ("a", "invalid item"),
+        ("1,,2", "invalid item"),
+        ("1,1", "given twice"),
+        ("4294967296", "larger than"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            parse_seeds(bad)
+
+
+def test_seed_range_reproduces_the_trainers_evaluation(run, capsys) -> None:
+    finished = _eval_json(run)  # the trainer's: seeds 10000, 10001, eval_repeats 2
+    (run / "eval.json").unlink()
+    assert eval_main([str(run), "--seeds", "10000-10001"]) == 0
+    assert _eval_json(run) == finished
+    assert finished["n_episodes"] == 2 and finished["seeds"] == [10000, 10001]
+    assert eval_main([str(run), "--episodes", "1"]) == 0
+    assert _eval_json(run)["seeds"] == [10000]
+    assert eval_main([str(run), "--seeds", "3,5"]) == 0
+    assert _eval_json(run) == _reference(run, [3, 5])
+    err = capsys.readouterr().err
+    assert "checkpoints/ckpt_3.pt" in err and "x 2 episodes" in err
+
+
+def test_checkpoint_option_and_fallback(run, capsys) -> None:
+    older = run / "checkpoints" / "ckpt_2.pt"
+    assert eval_main([str(run), "--checkpoint", "ckpt_2.pt", "--seeds", "7"]) == 0
+    assert _eval_json(run) == _reference(run, [7], checkpoint=str(older))
+    assert "checkpoints/ckpt_2.pt (update 2" in capsys.readouterr().err
+    # a truncated newest checkpoint: reported, and the next older one is evaluated
+    newest = run / "checkpoints" / "ckpt_3.pt"
+    newest.write_bytes(newest.read_bytes()[:100])
+    assert eval_main([str(run), "--seeds", "7"]) == 0
+    err = capsys.readouterr().err
+    assert "ckpt_3.pt" in err and "could not be loaded" in err
+    assert _eval_json(run) == _reference(run, [7], checkpoint=str(older))
+    # the file asked for is not replaced by another one
+    assert eval_main([str(run), "--checkpoint", str(newest)]) == 2
+    assert "error: --checkpoint" in capsys.readouterr().err
+
+
+def test_gif_and_device(run, tmp_path) -> None:
+    gif = tmp_path / "out" / "episode.gif"
+    assert eval_main([str(run), "--seeds", "11", "--gif", str(gif), "--device", "auto"]) == 0
+    frames = imageio.mimread(gif)
+    assert len(frames) >= 2 and frames[0].ndim == 3
+    assert len(frames) <= 21  # max_cycles 20: the first frame and one per step at most
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--seeds", "9-8"], "empty range"),
+        (["--episodes", "0"], "--episodes must be >= 1"),
+        (["--checkpoint", "nope.pt"], "no such file"),
+    ],
+)
+def test_bad_input_is_an_error_line(trained, capsys, args, message) -> None:
+    assert eval_main([str(trained), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and message in err
+
+
+def test_cuda_refused_without_cuda(trained, capsys) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    assert eval_main([str(trained), "--device", "cuda"]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_episodes_and_seeds_exclude_each_other(trained) -> None:
+    with pytest.raises(SystemExit) as exc:
+        eval_main([str(trained), "--episodes", "2", "--seeds", "1,2"])
+    assert exc.value.code == 2
+
+
+# ------------------------------------------------------------------------------------------
+# the finish marker
+# ------------------------------------------------------------------------------------------
+def test_finish_marker_not_eval_json_marks_a_finished_run(trained, run) -> None:
+    marker = json.loads((trained / FINISHED_MARKER).read_text())
+    assert marker["update"] == 3 and marker["env_steps"] == 192
+    assert marker["checkpoint"] == "checkpoints/ckpt_3.pt"
+    spec = compare.RunSpec("v", 0, str(run), str(run / "log"), [])
+    assert compare.run_state(spec) == "finished"
+    # an interrupted run (checkpoints, no marker, no eval.json) that marl.evaluate evaluated
+    (run / FINISHED_MARKER).unlink()
+    (run / "eval.json").unlink()
+    assert eval_main([str(run), "--episodes", "1"]) == 0
+    assert (run / "eval.json").is_file() and not (run / FINISHED_MARKER).exists()
+    assert compare.run_state(spec) == "resumable"
+    assert compare.run_state(spec, {"v/seed_0": {"state": "interrupted"}}) == "resumable"
+    # a run finished before the marker existed: eval.json, and a compare saw it finish
+    assert compare.run_state(spec, {"v/seed_0": {"state": "finished"}}) == "finished"
+
+
+def test_resume_rewrites_the_marker(run) -> None:
+    assert train_main(["--resume", str(run), "--total-steps", "256", "--progress", "false"]) == 0
+    marker = json.loads((run / FINISHED_MARKER).read_text())
+    assert (marker["update"], marker["env_steps"]) == (4, 256)
