@@ -362,3 +362,30 @@ def test_parallel_update_runs_mamba_types_one_after_another(backbone):
         results.append(algo)
     for a, b in zip(results[0].policy.parameters(), results[1].policy.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_sequence_whitening_key_never_spans_an_autoreset():
+    """The sequence key is (window, episode, env, agent): an autoreset inside a window starts
+    a new group (hand-worked: window 4, env 0 resets at step 2, env 1 never)."""
+    from marl.algos.mappo import episode_segments
+
+    start = torch.zeros(8, 2, dtype=torch.bool)
+    start[2, 0] = True
+    seg = episode_segments(start, 4)
+    # env 0: steps 0-1 | 2-3 (reset) | 4-7 (window); env 1: steps 0-3 | 4-7
+    groups0 = [seg[t, 0].item() for t in range(8)]
+    groups1 = [seg[t, 1].item() for t in range(8)]
+    assert groups0[0] == groups0[1] != groups0[2] == groups0[3] != groups0[4] == groups0[7]
+    assert groups1[0] == groups1[3] != groups1[4] == groups1[7]
+    assert not set(groups0) & set(groups1)  # envs never share a group
+    # through MAPPO: a whitened 'sequence' scheme has zero mean inside every piece
+    torch.manual_seed(0)
+    algo = MAPPO(_cfg(whitening="sequence", seq_len=4, rollout_steps=12), None)
+    batch = algo.collector.collect(12, value_fn=algo.values)
+    assert (batch.episode_start[1:] & (torch.arange(1, 12) % 4 != 0)[:, None]).any()
+    keys = algo.group_keys(batch)
+    final = algo.advantages(batch, 0.0).final
+    for g in torch.unique(keys.sequence_id):
+        sel = keys.sequence_id.expand_as(final) == g
+        if sel.sum() > 1:
+            assert abs(float(final[sel].double().mean())) < 1e-4
