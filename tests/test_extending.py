@@ -37,7 +37,7 @@ def registry():
     ALGORITHMS.update(saved)
 
 
-def test_centred_ranks_hand_worked():
+def test_centred_ranks_hand_worked(registry):
     rank = _load("rank_advantages")
     x = torch.tensor([3.0, -1.0, 10.0, 5.0, 0.5, 0.7])
     group = torch.tensor([0, 0, 0, 1, 1, 2])

@@ -411,7 +411,9 @@ def _flatten_agreed(
     return flat._replace(num_groups=size)
 
 
-def _raise_if_not_finite(table: Tensor, flat: _Flat | None = None, what: str = "sum") -> None:
+def _raise_if_not_finite(
+    table: Tensor, flat: _Flat | None = None, what: str = "sum", distributed: bool = False
+) -> None:
     """ValueError naming the groups whose float64 ``what`` is NaN/inf: either a non-finite
     valid entry, or (all valid entries of ``flat`` finite) finite values whose ``what``
     overflowed float64, named so."""
@@ -420,6 +422,12 @@ def _raise_if_not_finite(table: Tensor, flat: _Flat | None = None, what: str = "
         where = f" (groups {groups})" if table.numel() > 1 else ""
         if flat is not None:
             valid = flat.x if flat.mask is None else flat.x[flat.mask]
+            if distributed and bool(torch.isfinite(valid).all()):
+                raise ValueError(
+                    f"the float64 {what} over all ranks is NaN or inf{where} while this rank's "
+                    "valid entries are finite: another rank holds NaN or inf (see its error), "
+                    "or the sum overflowed; fix the advantages or mask those entries out"
+                )
             if valid.numel() and bool(torch.isfinite(valid).all()):
                 largest = float(valid.abs().max())
                 raise ValueError(
@@ -440,13 +448,13 @@ def _moments(flat: _Flat, distributed: bool) -> GroupMoments:
     count, total = passes.count_and_sum(flat.x, flat.ids, flat.mask, flat.num_groups)
     if distributed:
         count, total = _all_reduce_sum(count, total)
-    _raise_if_not_finite(total, flat, "sum")
+    _raise_if_not_finite(total, flat, "sum", distributed)
     n = count.clamp_min(1.0)  # absent groups: all sums 0, so mean 0 and var 0
     first_mean = total / n
     sum_d, sum_d2 = passes.centred_sums(flat.x, flat.ids, flat.mask, first_mean)
     if distributed:
         sum_d, sum_d2 = _all_reduce_sum(sum_d, sum_d2)
-    _raise_if_not_finite(sum_d2, flat, "sum of squared deviations from the mean")
+    _raise_if_not_finite(sum_d2, flat, "sum of squared deviations from the mean", distributed)
     correction = sum_d / n  # mean of d: the rounding error of first_mean
     var = (sum_d2 / n - correction * correction).clamp_min(0.0)
     return GroupMoments(count, first_mean + correction, var)
