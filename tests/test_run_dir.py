@@ -232,3 +232,18 @@ def test_tensorboard_trim_drops_a_truncated_record(tmp_path):
     steps = {s for s, tag, _ in read_tensorboard_events(str(run / "tb")) if tag == "env_steps"}
     assert steps == {STEPS}
     assert json.loads((run / "eval.json").read_text())["n_episodes"] == 2
+
+
+def test_training_logs_without_tensorboard_installed(tmp_path, monkeypatch, capsys):
+    """TensorBoard is an optional extra: without it a run still writes metrics.jsonl."""
+    import sys
+
+    from marl.run.runlog import RunLogger
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard.writer", None)  # import fails
+    logger = RunLogger(str(tmp_path), enabled=True)
+    logger.log({"update": 1, "env_steps": 10, "loss/policy": 0.5})
+    logger.close()
+    assert (tmp_path / "metrics.jsonl").read_text().count("loss/policy") == 1
+    assert not (tmp_path / "tb").exists()
+    assert "coopsearch[tensorboard]" in capsys.readouterr().err

@@ -252,9 +252,16 @@ class RunLogger:
             self.wandb_run = _start_wandb(wandb, run_dir, wandb_config, wandb_resume_id)
         self._fh = open(self.path, "a")  # noqa: SIM115 - kept open for the run
         if tensorboard:
-            from torch.utils.tensorboard.writer import FileWriter
-
-            self.writer = FileWriter(os.path.join(run_dir, "tb"))
+            try:
+                from torch.utils.tensorboard.writer import FileWriter
+            except ImportError:  # an optional extra: the run goes on without tb/
+                print(
+                    "[marl.train] TensorBoard is not installed: no tb/ events "
+                    "(pip install 'coopsearch[tensorboard]')",
+                    file=sys.stderr,
+                )
+            else:
+                self.writer = FileWriter(os.path.join(run_dir, "tb"))
 
     @property
     def wandb_run_id(self) -> str | None:
