@@ -145,10 +145,10 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
     """A plain-text table: one row per policy, columns = the eval figures."""
     cols = ["success_rate", "solved_rate", "mean_return", "coverage", "episode_length"]
     cols += ["search_diversity"]
-    head = f"{'policy':<12}" + "".join(f"{c:>16}" for c in cols)
+    head = f"{'policy':<12}" + "".join(f"{c:>18}" for c in cols)
     lines = [head, "-" * len(head)]
     for name, r in rows.items():
-        lines.append(f"{name:<12}" + "".join(f"{_fmt(r.get(c)):>16}" for c in cols))
+        lines.append(f"{name:<12}" + "".join(f"{_fmt(r.get(c)):>18}" for c in cols))
     return "\n".join(lines)
 
 
