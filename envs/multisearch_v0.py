@@ -163,10 +163,10 @@ was contended when these runs shared the cores: sparse 2.56M / 6.39M, hard 2.08M
 preset   random   heuristic  MAPPO at "4 min" (target: >=    MAPPO at "10 min" (target: 0.3 ..
                              random + 0.1, < 0.9)             0.85)
 =======  =======  =========  ===============================  ===================================
-sparse   0.080    1.000      0.594 / 0.696 / 0.643 (2.51M)    in progress: 0.69 / 0.68 / 0.64 at
-                                                              2.7M (next session)
-hard     0.066    1.000      0.660 / 0.656 / 0.628 (2.05M)    in progress: 0.65 / 0.67 / 0.69 at
-                                                              2.4M (next session)
+sparse   0.080    1.000      0.594 / 0.696 / 0.643 (2.51M)    in progress: 0.80 / 0.73 / 0.78 at
+                                                              4.5M (of 6.39M)
+hard     0.066    1.000      0.660 / 0.656 / 0.628 (2.05M)    in progress: 0.68 / 0.69 / 0.60 at
+                                                              4.0M (of 5.21M)
 =======  =======  =========  ===============================  ===================================
 
 Rendering: ``rgb_array`` (uint8 [G*12, G*12, 3]), ``ansi`` (str), ``human`` (pygame window
