@@ -92,7 +92,7 @@ from marl.core.advantages import (
     process_advantages,
     shape_with_penalty,
 )
-from marl.core.losses import NonFiniteError, OptimismOffset, linear_schedule
+from marl.core.losses import NonFiniteError, linear_schedule
 from marl.core.whitening import AdvantageWhitener, GroupKeys, advantage_stats, symmetric_clip
 from marl.envapi import make_vector_env
 from marl.policies import AgentLayout, MultiAgentPolicy
@@ -569,23 +569,12 @@ class GRPO(Algorithm):
         self.policy = MultiAgentPolicy(
             self.layout, cfg.backbone, cfg.hidden_dim, cfg.activation
         ).to(self.device)
-        self.offset = (
-            None
-            if cfg.optimism_offset is None
-            else OptimismOffset(cfg.optimism_offset).to(self.device)
-        )
         if self.distributed:
             broadcast_parameters(self.policy, ctx)
-        self.policy_update = PolicyUpdate(
-            self.policy,
-            lr=cfg.lr,
-            epochs=cfg.epochs,
-            num_minibatches=cfg.num_minibatches,
-            max_grad_norm=cfg.max_grad_norm,
-            parallel=cfg.parallel_update,
-            offset=self.offset,
-            ctx=ctx,
+        self.policy_update = PolicyUpdate.from_config(
+            self.policy, cfg, parallel=cfg.parallel_update, ctx=ctx
         )
+        self.offset = self.policy_update.offset
         self.reference: MultiAgentPolicy | None = None
         if cfg.kl_beta > 0:
             self.reference = copy.deepcopy(self.policy).eval()

@@ -56,7 +56,6 @@ from marl.collect import RolloutBatch, RolloutCollector
 from marl.core.advantages import gae, shape_with_penalty
 from marl.core.losses import (
     NonFiniteError,
-    OptimismOffset,
     ValueNorm,
     explained_variance,
     linear_schedule,
@@ -208,26 +207,13 @@ class MAPPO(Algorithm):
         self.critic = CentralCritic(
             self.layout.state_dim, N, cfg.critic_hidden_dim, cfg.value_ensemble, cfg.activation
         ).to(self.device)
-        self.offset = (
-            None
-            if cfg.optimism_offset is None
-            else OptimismOffset(cfg.optimism_offset).to(self.device)
-        )
         if self.distributed:
             broadcast_parameters(self.policy, ctx)
             broadcast_parameters(self.critic, ctx)
-        self.policy_update = PolicyUpdate(
-            self.policy,
-            lr=cfg.lr,
-            epochs=cfg.epochs,
-            num_minibatches=cfg.num_minibatches,
-            max_grad_norm=cfg.max_grad_norm,
-            # the critic's epochs run beside the policy's (1.10x an iteration); each agent
-            # type's actor in its own thread adds nothing on top of that (1.00x, BENCHMARKS.md)
-            parallel=False,
-            offset=self.offset,
-            ctx=ctx,
-        )
+        # the critic's epochs run beside the policy's (1.10x an iteration); each agent type's
+        # actor in its own thread adds nothing on top of that (1.00x, BENCHMARKS.md)
+        self.policy_update = PolicyUpdate.from_config(self.policy, cfg, parallel=False, ctx=ctx)
+        self.offset = self.policy_update.offset
         self.critic_opt = torch.optim.Adam(
             self.critic.parameters(), lr=cfg.resolved_critic_lr, eps=1e-5, fused=True
         )

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -223,6 +224,33 @@ class PolicyUpdate:
             and not self.distributed
             and len(policy.actors) > 1
             and all(bool(getattr(a.backbone, "thread_safe", True)) for a in policy.actors.values())
+        )
+
+    @classmethod
+    def from_config(
+        cls,
+        policy: MultiAgentPolicy,
+        cfg: Any,
+        *,
+        parallel: bool,
+        ctx: DistContext | None,
+    ) -> PolicyUpdate:
+        """The update a config asks for (lr, epochs, minibatches, grad clip and, when
+        ``cfg.optimism_offset`` is set, a learnable offset on ``policy``'s device, available
+        as ``.offset``)."""
+        offset = None
+        if cfg.optimism_offset is not None:
+            device = next(policy.parameters()).device
+            offset = OptimismOffset(cfg.optimism_offset).to(device)
+        return cls(
+            policy,
+            lr=cfg.lr,
+            epochs=cfg.epochs,
+            num_minibatches=cfg.num_minibatches,
+            max_grad_norm=cfg.max_grad_norm,
+            parallel=parallel,
+            offset=offset,
+            ctx=ctx,
         )
 
     def set_lr(self, lr: float) -> None:
