@@ -7,17 +7,25 @@ Worth it only for envs whose step costs much more than the round trip (measured 
 are free: see ``benchmarks/adapters.py`` and docs/results/adapters/ for measurements.
 
 Workers start with ``spawn`` (safe with torch's threads; a script read from standard input
-cannot start them, a limitation of Python's ``spawn``), ignore SIGINT (the trainer handles
-it and checkpoints), and are shut down by ``close()`` or when the vector env is
-garbage-collected. A vector env with workers cannot be pickled: a resumed run resets its
-envs.
+cannot start them, a limitation of Python's ``spawn``) and ignore SIGINT and SIGTERM: the
+trainer handles both by finishing its update and writing a checkpoint, so its workers must
+live until it closes them, also when the signal goes to the whole process group (Ctrl-C in a
+terminal, ``kill -TERM -PGID``, torchrun stopping its ranks). They are shut down by
+``close()``, when the vector env is garbage-collected or the process exits, and exit by
+themselves when the process that started them is gone (killed by SIGKILL, say): an idle
+worker sees its pipe close, a busy one is caught by a watchdog thread within
+:data:`ORPHAN_CHECK_S` seconds. A vector env with workers cannot be pickled: a resumed run
+resets its envs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import os
 import signal
+import threading
+import time
 import traceback
 import weakref
 from collections.abc import Sequence
@@ -28,18 +36,42 @@ import numpy as np
 
 from marl.adapters import BatchStep, CopyBatch, CopyFactory, EnvSpec
 
-__all__ = ["WorkerBatch", "WorkerError"]
+__all__ = ["WorkerBatch", "WorkerError", "ORPHAN_CHECK_S"]
+
+#: How often (seconds) a worker checks that the process that started it is still its parent.
+ORPHAN_CHECK_S = 0.5
 
 
 class WorkerError(RuntimeError):
     """An exception inside a worker process (the message holds its traceback)."""
 
 
+def _exit_when_orphaned(parent_pid: int) -> None:
+    """Watchdog thread of a worker: end the process at once when ``parent_pid`` is no longer its
+    parent (the trainer died without closing it, e.g. by SIGKILL during a long env step)."""
+    while True:
+        time.sleep(ORPHAN_CHECK_S)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+
 def _worker_main(
-    conn: Connection, make_copy: CopyFactory, spec: EnvSpec, n: int, autoreset: bool
+    conn: Connection,
+    make_copy: CopyFactory,
+    spec: EnvSpec,
+    n: int,
+    autoreset: bool,
+    parent_pid: int | None,
 ) -> None:
-    """A worker's loop: build ``n`` copies, then answer (command, payload) messages."""
+    """A worker's loop: build ``n`` copies, then answer (command, payload) messages.
+    ``parent_pid``: the trainer's pid, watched (None: no watchdog, e.g. under a forkserver)."""
+    # the trainer stops on SIGINT / SIGTERM after its update: the workers must outlive that
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if parent_pid is not None:
+        if os.getppid() != parent_pid:  # the trainer died while this worker started
+            return
+        threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
     try:
         batch = CopyBatch(
             [make_copy() for _ in range(n)],
@@ -54,7 +86,7 @@ def _worker_main(
     while True:
         try:
             command, payload = conn.recv()
-        except EOFError:  # the main process is gone
+        except (EOFError, OSError):  # the main process is gone
             return
         try:
             if command == "close":
@@ -78,8 +110,9 @@ def _shutdown(processes: list[Any], conns: list[Connection]) -> None:
             conn.send(("close", None))
     for process in processes:
         process.join(timeout=5)
-        if process.is_alive():
-            process.terminate()
+        if process.is_alive():  # stuck in an env step; SIGTERM is ignored there
+            process.kill()
+            process.join(timeout=5)
     for conn in conns:
         conn.close()
 
@@ -106,11 +139,15 @@ class WorkerBatch:
         self.sizes = [base + (w < extra) for w in range(workers)]
         self.bounds = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
         context = mp.get_context(start_method)
+        # spawn and fork start the workers as children of this process (a forkserver does not)
+        parent_pid = os.getpid() if start_method in ("spawn", "fork") else None
         self._processes, self._conns = [], []
         for size in self.sizes:
             parent, child = context.Pipe()
             process = context.Process(
-                target=_worker_main, args=(child, make_copy, spec, size, autoreset), daemon=True
+                target=_worker_main,
+                args=(child, make_copy, spec, size, autoreset, parent_pid),
+                daemon=True,
             )
             process.start()
             child.close()
@@ -125,8 +162,10 @@ class WorkerBatch:
         for w, conn in enumerate(self._conns):
             try:
                 status, value = conn.recv()
-            except EOFError:
-                status, value = "error", f"worker {w} exited unexpectedly"
+            except (EOFError, OSError):  # closed or reset: the worker died (e.g. SIGKILL)
+                self._processes[w].join(timeout=1.0)
+                code = self._processes[w].exitcode
+                status, value = "error", f"worker {w} exited unexpectedly (exit code {code})"
             if status == "error":
                 errors.append(f"worker {w}:\n{value}")
             answers.append(value)
@@ -137,7 +176,8 @@ class WorkerBatch:
 
     def _call(self, command: str, payloads: Sequence[Any]) -> list[Any]:
         for conn, payload in zip(self._conns, payloads, strict=True):
-            conn.send((command, payload))
+            with contextlib.suppress(OSError):  # a dead worker: _gather reports it
+                conn.send((command, payload))
         return self._gather()
 
     def _slices(self) -> list[slice]:
