@@ -127,7 +127,8 @@ def test_compare_on_gymnasium_env_runs_every_seed_through_the_adapter(tmp_path):
     common = ["--env-fn=gymnasium:make", "--env.id=CartPole-v1", "--num-envs=4"]
     common += ["--eval-episodes=2", "--eval-every=0", *TINY_MAPPO]
     argv = [sys.executable, "-m", "marl.compare", "--common=" + ",".join(common)]
-    argv += ["--variant", "batch:--whitening=batch", "--seeds", "2", "--total-steps", "128"]
+    argv += ["--variant", "batch:--whitening=batch", "--variant", "none:--whitening=none"]
+    argv += ["--seeds", "2", "--total-steps", "128"]
     argv += ["--jobs", "2", "--out", str(out), "--no-progress", "--no-plots"]
     argv += ["--bootstrap-reps", "50"]
     proc = subprocess.run(argv, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=140)
@@ -136,7 +137,13 @@ def test_compare_on_gymnasium_env_runs_every_seed_through_the_adapter(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["seeds"] == [0, 1]
     runs = {(r["variant"], r["seed"]): r for r in summary["runs"]}
-    assert set(runs) == {("batch", 0), ("batch", 1)}
+    assert set(runs) == {(v, s) for v in ("batch", "none") for s in (0, 1)}
+    # CartPole reports no success/solved rates: one note, those metrics left out, no verdicts
+    assert "success_rate" not in summary["metrics"] and "mean_return" in summary["metrics"]
+    assert [w for w in summary["warnings"] if "lack" in w] == []
+    assert any("no run reports" in w and "success_rate" in w for w in summary["warnings"])
+    assert summary["verdicts"] and not any("no finished runs" in v for v in summary["verdicts"])
+    assert all("success" not in v for v in summary["verdicts"])
     for (_, seed), record in runs.items():
         assert record["status"] == "finished", record
         assert record["eval"]["mean_return"] > 0  # CartPole: +1 a step

@@ -234,6 +234,15 @@ def build_summary(
             "the verdicts as indicative and use --seeds 5 or more for claims"
         )
 
+    # metrics that no finished run of any variant reports: the environment does not have them
+    # (e.g. success_rate of an outside env); one note, no per-variant warnings, no verdicts
+    all_runs = [r for v in spec.variants for r in loaded[v.name]]
+    unreported = [
+        m for m in METRICS if all_runs and all(_run_score(r, m) is None for r in all_runs)
+    ]
+    if unreported:
+        names = ", ".join(repr(METRICS[m][1]) for m in unreported)
+        warnings.append(f"no run reports {names} (the environment does not): left out")
     variants: dict[str, Any] = {}
     scores: dict[str, dict[str, list[float]]] = {}
     for v in spec.variants:
@@ -241,6 +250,8 @@ def build_summary(
         per_metric: dict[str, Any] = {}
         scores[v.name] = {}
         for metric in METRICS:
+            if metric in unreported:
+                continue
             values = [_run_score(r, metric) for r in runs]
             present = [x for x in values if x is not None]
             if len(present) < len(values):
@@ -316,6 +327,8 @@ def build_summary(
             continue
         improvement[v.name] = {}
         for metric in METRICS:
+            if metric in unreported:
+                continue
             poi = stats.probability_of_improvement(
                 scores[v.name][metric],
                 scores[ref][metric],
@@ -360,7 +373,9 @@ def build_summary(
         },
         "entropy_threshold": entropy_threshold,
         "metrics": {
-            k: {"source": s, "key": key, "label": lab} for k, (s, key, lab) in METRICS.items()
+            k: {"source": s, "key": key, "label": lab}
+            for k, (s, key, lab) in METRICS.items()
+            if k not in unreported
         },
         "variants": variants,
         "probability_of_improvement": improvement,
