@@ -7,14 +7,17 @@ Shapes (E envs, n_k agents of type k, D_k observation size, A_k actions, S state
 
 - actor step input: ``obs[E, n_k, D_k]``, ``mask[E, n_k, A_k]`` (bool), ``reset[E]`` (bool);
   the agent's index within its type is appended as a one-hot (``n_k`` extra inputs).
-- actor sequence input (training): ``obs[B, L, n_k, D_k]`` with resets ``[B, L]`` and the
-  stored initial state of each of the ``B * n_k`` rows.
+- actor sequence input (training): ``obs[B, P + L, n_k, D_k]`` with resets ``[B, P + L]``
+  and the stored state of each of the ``B * n_k`` rows before step 0; the ``P`` prefix steps
+  are the burn-in (run without autograd), the last ``L`` the loss window (optionally in
+  truncated-BPTT chunks), see :meth:`TypeActor.chunks`.
 - critic: ``state[..., S]`` -> team values ``[..., K]`` and individual values
   ``[..., N, K]`` for the N agents of the env in ``possible_agents`` order (K = ensemble size).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -268,18 +271,130 @@ class TypeActor(nn.Module):
         mask: Tensor,
         state: tuple[Tensor, ...] | None,
         resets: Tensor | None,
+        *,
+        burn_in: Tensor | None = None,
+        tbptt_chunk: int | None = None,
     ) -> MaskedCategorical:
-        """Windows. obs ``[B, L, n_k, D]``, mask ``[B, L, n_k, A]``, resets ``[B, L]``,
-        state for ``B * n_k`` rows (env-major) -> dist over ``[B, L, n_k]``."""
-        B, L = obs.shape[:2]
-        x = self.inputs(obs).permute(0, 2, 1, 3).reshape(B * self.n_agents, L, -1)
-        r = None if resets is None else resets.repeat_interleave(self.n_agents, dim=0)
-        if self.is_recurrent:
-            y, _ = self.backbone(x, state, r)
-        else:
-            y, _ = self.backbone(x, None, None)
-        logits = self.head(y).reshape(B, self.n_agents, L, self.n_actions).permute(0, 2, 1, 3)
+        """Windows. obs ``[B, P + L, n_k, D]``, mask ``[B, L, n_k, A]``, resets
+        ``[B, P + L]``, state for ``B * n_k`` rows (env-major) before step 0 of each unit's
+        input -> dist over the last ``L`` steps ``[B, L, n_k]``.
+
+        ``P = obs.shape[1] - mask.shape[1]`` prefix steps carry the burn-in (see
+        :meth:`chunks`); ``tbptt_chunk``: truncated backpropagation (see :meth:`chunks`).
+        """
+        parts = list(self.chunks(obs, state, resets, mask.shape[1], burn_in, tbptt_chunk))
+        logits = parts[0][1] if len(parts) == 1 else torch.cat([lg for _, lg in parts], dim=1)
         return MaskedCategorical(logits, mask)
+
+    def chunks(
+        self,
+        obs: Tensor,
+        state: tuple[Tensor, ...] | None,
+        resets: Tensor | None,
+        length: int,
+        burn_in: Tensor | None = None,
+        tbptt_chunk: int | None = None,
+    ) -> Iterator[tuple[slice, Tensor]]:
+        """The logits of the last ``length`` steps of each unit, chunk by chunk.
+
+        Args:
+            obs: ``[B, P + length, n_k, D]``; the first ``P`` steps are the burn-in prefix.
+            state: backbone state for the ``B * n_k`` rows (unit-major, agent-minor) before
+                the first burn-in step of each unit (None: zeros).
+            resets: ``[B, P + length]`` bool, an episode starts at that step (None: none).
+            length: ``L``, the steps that get logits (the loss window).
+            burn_in: ``[B]`` long, how many of the ``P`` prefix steps (the last ones) unit b
+                runs before its loss window (None: all ``P``); the earlier prefix steps are
+                padding and never read. The burn-in runs without autograd (R2D2): it only
+                brings the stored state up to date with the current parameters.
+            tbptt_chunk: ``k``: the loss window runs in chunks of ``k`` steps (the last one
+                shorter) and the recurrent state passed between chunks is detached, so the
+                gradient does not flow across chunk boundaries (truncated BPTT). None: one
+                chunk. For gru this is ``h.detach()`` every ``k`` steps; for mamba/mamba2 the
+                block's ``(conv_state, ssm_state)`` between chunk forwards, the same rule.
+
+        Yields:
+            ``(steps, logits)``: the slice of the ``length`` loss steps and their unmasked
+            logits ``[B, len(steps), n_k, A]``. The next chunk is computed when asked for, so
+            a caller may run the backward of each chunk before the next (activations of one
+            chunk at a time).
+        """
+        B, total = obs.shape[:2]
+        n, prefix = self.n_agents, total - length
+        if prefix < 0:
+            raise ValueError(f"obs has {total} steps, fewer than the {length} requested")
+        x = self.inputs(obs).permute(0, 2, 1, 3).reshape(B * n, total, -1)
+        r = None if resets is None else resets.repeat_interleave(n, dim=0)
+        if not self.is_recurrent:
+            y, _ = self.backbone(x[:, prefix:], None, None)
+            yield slice(0, length), self._logits(y, B)
+            return
+        if state is None:
+            state = self.initial_state(B)
+        state = self._burn_in(x, r, state, prefix, burn_in)
+        k = length if tbptt_chunk is None else int(tbptt_chunk)
+        if k < 1:
+            raise ValueError(f"tbptt_chunk must be an int >= 1 or None, got {tbptt_chunk!r}")
+        for start in range(0, length, k):
+            stop = min(start + k, length)
+            if start > 0:
+                state = tuple(s.detach() for s in state)
+            cut = slice(prefix + start, prefix + stop)
+            y, state = self.backbone(x[:, cut], state, None if r is None else r[:, cut])
+            yield slice(start, stop), self._logits(y, B)
+
+    def _logits(self, y: Tensor, B: int) -> Tensor:
+        """Backbone outputs ``[B * n_k, L, H]`` -> logits ``[B, L, n_k, A]``."""
+        L = y.shape[1]
+        return self.head(y).reshape(B, self.n_agents, L, self.n_actions).permute(0, 2, 1, 3)
+
+    def _burn_in(
+        self,
+        x: Tensor,
+        resets: Tensor | None,
+        state: tuple[Tensor, ...],
+        prefix: int,
+        burn_in: Tensor | None,
+    ) -> tuple[Tensor, ...]:
+        """The state at the loss window's start: each unit's last ``burn_in[b]`` prefix steps
+        run from its stored state, without autograd. Units are grouped by burn-in length
+        (a few distinct lengths: the first windows of a rollout have shorter ones), one
+        backbone call per group. x ``[B * n_k, P + L, D]``, resets ``[B * n_k, P + L]``."""
+        if prefix == 0:
+            return tuple(state)
+        n = self.n_agents
+        if burn_in is None:
+            lengths = [prefix]
+            groups = [None]
+        else:
+            if burn_in.shape != (x.shape[0] // n,):
+                raise ValueError(
+                    f"burn_in must have shape [B={x.shape[0] // n}], got {tuple(burn_in.shape)}"
+                )
+            lengths = [int(v) for v in torch.unique(burn_in).tolist()]
+            if min(lengths) < 0 or max(lengths) > prefix:
+                raise ValueError(f"burn_in values must be in [0, {prefix}], got {lengths}")
+            groups = [torch.nonzero(burn_in == v).flatten() for v in lengths]
+        new_state = list(state)
+        with torch.no_grad():
+            for v, units in zip(lengths, groups, strict=True):
+                if v == 0:
+                    continue
+                cut = slice(prefix - v, prefix)
+                if units is None:  # every unit: the whole prefix
+                    _, out = self.backbone(
+                        x[:, cut], tuple(state), None if resets is None else resets[:, cut]
+                    )
+                    return tuple(s.detach() for s in out)
+                rows = (units[:, None] * n + torch.arange(n, device=units.device)).reshape(-1)
+                _, out = self.backbone(
+                    x[rows, cut],
+                    tuple(s.index_select(0, rows) for s in state),
+                    None if resets is None else resets[rows, cut],
+                )
+                for i, s in enumerate(out):
+                    new_state[i] = new_state[i].index_copy(0, rows, s.to(new_state[i].dtype))
+        return tuple(s.detach() for s in new_state)
 
     def sequence_from_inputs(self, inputs: Tensor, mask: Tensor) -> MaskedCategorical:
         """Feed-forward backbones only: prepared :meth:`inputs` ``[..., n_k, D + n_k]`` and
@@ -334,7 +449,11 @@ class MultiAgentPolicy(nn.Module):
         neg_gumbel: dict[str, Tensor] | None = None,
     ) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, tuple[Tensor, ...]]]:
         """Sample actions for every type: returns (actions ``[E, n_k]``, log-probs, new state).
-        ``neg_gumbel``: per type, sampling noise drawn in advance (see :meth:`TypeActor.act`)."""
+        ``neg_gumbel``: per type, sampling noise drawn in advance (see :meth:`TypeActor.act`).
+        A ``reset`` with no True entry is dropped (the same result: the backbones then skip
+        zeroing the state rows, two copies of every state tensor per step)."""
+        if reset is not None and not bool(reset.any()):
+            reset = None
         actions, logps, new_state = {}, {}, {}
         for name, actor in self.actors.items():
             actions[name], logps[name], new_state[name] = actor.act(

@@ -32,10 +32,16 @@ def _cfg(**kw):
 
 
 def test_window_plan_hand_example():
-    index, loss_mask, starts = window_plan(8, 4, 2)
+    # T=8, L=4, burn-in 2: window 0 has no steps before it (its 2 prefix slots are padding,
+    # step 0), window 1 burns in on steps 2, 3 from the state stored before step 2
+    index, burn_in, starts = window_plan(8, 4, 2)
     assert starts == [0, 2]
-    assert index.tolist() == [[0, 1, 2, 3, 4, 5], [2, 3, 4, 5, 6, 7]]
-    assert loss_mask.tolist() == [[1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]]
+    assert index.tolist() == [[0, 0, 0, 1, 2, 3], [2, 3, 4, 5, 6, 7]]
+    assert burn_in.tolist() == [0, 2]
+    # burn-in longer than the first windows' history: 0, 2 and 3 steps
+    index, burn_in, starts = window_plan(6, 2, 3)
+    assert burn_in.tolist() == [0, 2, 3] and starts == [0, 0, 1]
+    assert index.tolist() == [[0, 0, 0, 0, 1], [0, 0, 1, 2, 3], [1, 2, 3, 4, 5]]
     with pytest.raises(ValueError, match="divide"):
         window_plan(10, 4, 0)
 
@@ -227,7 +233,9 @@ def test_recurrent_windows_reproduce_rollout_log_probs(backbone, burn_in):
     units = algo.policy_units(b, algo.advantages(b, 0.0).final)
     for t in algo.layout.types:
         mb = units[t.name]
-        dist = algo.policy.actors[t.name].sequence(mb.obs, mb.action_mask, mb.state, mb.resets)
+        dist = algo.policy.actors[t.name].sequence(
+            mb.obs, mb.action_mask, mb.state, mb.resets, burn_in=mb.burn_in
+        )
         logp = dist.log_prob(mb.actions)
         lm = mb.loss_mask[..., None].expand_as(logp)
         torch.testing.assert_close(logp[lm], mb.old_logp[lm], atol=1e-5, rtol=1e-5)

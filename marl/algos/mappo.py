@@ -14,8 +14,10 @@ One iteration reads top to bottom in :meth:`MAPPO.iteration` and :meth:`MAPPO.up
    other scheme whitens ``team + individual``; then the symmetric clip ``adv_clip``. Optional
    penalty shaping (seed 003, see :meth:`MAPPO.advantages`);
 4. **policy epochs** of clipped updates over minibatches (:class:`marl.algos.ppo.PolicyUpdate`:
-   single steps for the mlp backbone, windows of ``seq_len`` (+ ``burn_in``) steps with stored
-   initial states for recurrent ones): loss, ``zero_grad``, ``backward``,
+   single steps for the mlp backbone, windows of ``seq_len`` steps for recurrent ones, each
+   from the actor state stored at its start (or ``burn_in`` steps before it: those steps run
+   without autograd and refresh the state), optionally in truncated-BPTT chunks of
+   ``tbptt_chunk`` steps with one backward per chunk): loss, ``zero_grad``, ``backward``,
    ``clip_grad_norm_``, ``optimizer.step()``;
 5. **value epochs** (:meth:`MAPPO.update_critic`): clipped value loss on ValueNorm-normalised
    returns, its own Adam.
@@ -71,6 +73,29 @@ __all__ = ["MAPPO", "MAPPOConfig", "MAPPOAdvantages", "episode_segments"]
 _f = config_field
 
 
+#: Per-backbone values of the rollout and window fields that are None in a config (the
+#: user did not set them), resolved in :meth:`MAPPOConfig.__post_init__`: the one place. mlp
+#: and gru keep the values the published task-ladder calibration used. mamba/mamba2: longer
+#: windows and rollouts (``benchmarks/train_mappo.py backbones``): a Mamba block's update
+#: cost per token falls with the window (one scan kernel call per window and fewer units per
+#: minibatch) where gru's does not, and the states stored at window starts make burn-in
+#: unnecessary (0; set it to refresh stale states after large policy changes).
+BACKBONE_DEFAULTS: dict[str, dict[str, int]] = {
+    "mlp": {"rollout_steps": 32, "seq_len": 16, "burn_in": 0},
+    "gru": {"rollout_steps": 32, "seq_len": 16, "burn_in": 0},
+    "mamba": {"rollout_steps": 128, "seq_len": 64, "burn_in": 0},
+    "mamba2": {"rollout_steps": 128, "seq_len": 64, "burn_in": 0},
+}
+
+
+def _backbone_defaults_text(name: str) -> str:
+    """``'mlp 32, gru 32, ...'``: field ``name``'s per-backbone defaults, for the help."""
+    by_value: dict[int, list[str]] = {}
+    for backbone, values in BACKBONE_DEFAULTS.items():
+        by_value.setdefault(values[name], []).append(backbone)
+    return ", ".join(f"{'/'.join(names)} {value}" for value, names in by_value.items())
+
+
 @dataclass
 class MAPPOConfig(BaseConfig):
     """MAPPO's configuration: the shared fields plus rollouts, GAE and the critic."""
@@ -78,15 +103,34 @@ class MAPPOConfig(BaseConfig):
     algo_name: ClassVar[str] = "mappo"
 
     algo: str = _f("mappo", "Algorithm.")
-    rollout_steps: int = _f(32, "Steps T per rollout (one update uses T*E env steps).")
-    seq_len: int = _f(
-        16,
-        "Training window length for recurrent backbones (must divide rollout_steps); for every "
-        "backbone also the window of the position/chunk/sequence whitening keys "
-        "(position = step index within the rollout modulo seq_len).",
+    rollout_steps: int | None = _f(
+        None,
+        "Steps T per rollout (one update uses T*E env steps). None: the backbone's default "
+        f"({_backbone_defaults_text('rollout_steps')}), resolved when the config is built and "
+        "saved so in config.yaml.",
     )
-    burn_in: int = _f(
-        0, "Recurrent burn-in steps before each window (no loss on them; recurrent backbones)."
+    seq_len: int | None = _f(
+        None,
+        "Training window length for recurrent backbones (must divide rollout_steps; up to "
+        "rollout_steps); for every backbone also the window of the position/chunk/sequence "
+        "whitening keys (position = step index within the rollout modulo seq_len, i.e. within "
+        "the loss window). None: the backbone's default "
+        f"({_backbone_defaults_text('seq_len')}).",
+    )
+    burn_in: int | None = _f(
+        None,
+        "Recurrent burn-in steps before each window, run without autograd from the stored "
+        "state (R2D2) to bring it up to date with the current parameters; no loss on them "
+        "(the first windows of a rollout get min(burn_in, window start) steps). None: the "
+        f"backbone's default ({_backbone_defaults_text('burn_in')}).",
+    )
+    tbptt_chunk: int | None = _f(
+        None,
+        "Truncated backpropagation through time inside a window (recurrent backbones): the "
+        "window runs in chunks of k steps and the state passed between chunks is detached "
+        "(gru: h.detach() every k steps; mamba/mamba2: the block state between chunk "
+        "forwards); each chunk's backward runs before the next chunk, so the activations "
+        "kept are one chunk's. None: whole windows. 1 <= k <= seq_len.",
     )
     gamma: float = _f(0.99, "Discount factor.")
     gae_lambda: float = _f(0.95, "GAE lambda.")
@@ -101,6 +145,14 @@ class MAPPOConfig(BaseConfig):
     value_norm: bool = _f(True, "Normalise value targets with a debiased EMA (MAPPO ValueNorm).")
     value_norm_beta: float = _f(0.99999, "ValueNorm EMA coefficient.")
     value_ensemble: int = _f(1, "Number K of value heads; their advantages are averaged.")
+
+    def __post_init__(self) -> None:
+        """Resolve the per-backbone defaults (:data:`BACKBONE_DEFAULTS`) of the rollout and
+        window fields left None; the resolved values are the config's (and config.yaml's)."""
+        defaults = BACKBONE_DEFAULTS.get(self.backbone, BACKBONE_DEFAULTS["mlp"])
+        for name, value in defaults.items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
 
     @property
     def resolved_value_epochs(self) -> int:
@@ -137,6 +189,19 @@ class MAPPOConfig(BaseConfig):
             check_value(self.critic_lr > 0, "critic_lr", self.critic_lr, "a number > 0 or none")
         if self.value_clip is not None:
             check_value(self.value_clip > 0, "value_clip", self.value_clip, "a number > 0 or none")
+        if self.tbptt_chunk is not None:
+            check_value(
+                self.is_recurrent,
+                "tbptt_chunk",
+                self.tbptt_chunk,
+                "none for the mlp backbone (no recurrent state to truncate)",
+            )
+            check_value(
+                1 <= self.tbptt_chunk <= self.seq_len,
+                "tbptt_chunk",
+                self.tbptt_chunk,
+                f"none or an integer in [1, seq_len = {self.seq_len}]",
+            )
         if self.is_recurrent:
             check_value(
                 self.rollout_steps % self.seq_len == 0,
@@ -401,7 +466,12 @@ class MAPPO(Algorithm):
 
     def group_keys(self, batch: RolloutBatch) -> GroupKeys:
         """Whitening group keys ``[T, E, N]``-broadcastable: agent type, position in the
-        training window, and sequence = (window, episode, env, agent)."""
+        training window, and sequence = (window, episode, env, agent).
+
+        ``position[t] = t % seq_len``: the step's index within its loss window (windows cover
+        ``[w * seq_len, (w + 1) * seq_len)``; a burn-in before a window is not part of it, so
+        positions count from the loss window's first step); the chunk scheme groups by
+        ``position // chunk_size``."""
         T, N = batch.num_steps, self.layout.n_agents
         dev = batch.terminated.device
         position = (torch.arange(T, device=dev) % self.cfg.seq_len).reshape(T, 1, 1)
@@ -439,8 +509,10 @@ class MAPPO(Algorithm):
     # -- policy ----------------------------------------------------------------------------
     def policy_units(self, batch: RolloutBatch, advantages: Tensor) -> dict[str, Minibatch]:
         """Per agent type, the units of the policy epochs: single steps ``[T*E, 1, n_k, ...]``
-        for feed-forward backbones; windows ``[W*E, burn_in + seq_len, n_k, ...]`` with their
-        stored initial states and resets for recurrent ones."""
+        for feed-forward backbones; for recurrent ones windows: inputs (obs, resets)
+        ``[W*E, burn_in + seq_len, ...]`` with the stored state before their first burn-in
+        step and their burn-in lengths ``[W*E]``, loss fields ``[W*E, seq_len, n_k, ...]``
+        (:func:`marl.algos.ppo.window_plan`)."""
         T, E = batch.num_steps, batch.num_envs
         units = {}
         if not self.policy.is_recurrent:
@@ -459,25 +531,39 @@ class MAPPO(Algorithm):
                     else batch.active[:, :, list(t.agent_ids)].reshape(T * E, 1, n),
                 )
             return units
-        index, loss_mask, _ = window_plan(T, self.cfg.seq_len, self.cfg.burn_in)
-        W, Lw = index.shape
-        loss_mask = loss_mask[:, None, :].expand(W, E, Lw).reshape(W * E, Lw)
+        index, burn_in, starts = window_plan(T, self.cfg.seq_len, self.cfg.burn_in)
+        W, P = index.shape[0], self.cfg.burn_in
+        dev = batch.terminated.device
+        loss_index = index[:, P:]  # [W, L] the loss steps
+        stored = {int(s): i for i, s in enumerate(batch.window_state_steps)}
+        missing = sorted(set(starts) - set(stored))
+        if missing:
+            raise ValueError(
+                f"the rollout stored no actor state before steps {missing} (window starts of "
+                f"seq_len={self.cfg.seq_len}, burn_in={self.cfg.burn_in}); collect with "
+                "window_state_steps including them"
+            )
+        which = [stored[s] for s in starts]
         resets = stack_windows(batch.episode_start, index)
+        loss_mask = torch.ones(W * E, loss_index.shape[1], dtype=torch.bool, device=dev)
+        unit_burn_in = burn_in.to(dev).repeat_interleave(E) if P > 0 else None  # [W * E]
         for t in self.layout.types:
             k = t.name
-            states = batch.window_states[k]  # W tuples of [E * n_k, ...]
+            states = [batch.window_states[k][i] for i in which]  # W tuples of [E * n_k, ...]
+            agents = list(t.agent_ids)
             units[k] = Minibatch(
                 obs=stack_windows(batch.obs[k], index),
-                action_mask=stack_windows(batch.mask[k], index),
-                actions=stack_windows(batch.actions[k], index),
-                old_logp=stack_windows(batch.logp[k], index),
-                advantages=stack_windows(advantages[:, :, list(t.agent_ids)], index),
-                loss_mask=loss_mask.to(batch.terminated.device),
+                action_mask=stack_windows(batch.mask[k], loss_index),
+                actions=stack_windows(batch.actions[k], loss_index),
+                old_logp=stack_windows(batch.logp[k], loss_index),
+                advantages=stack_windows(advantages[:, :, agents], loss_index),
+                loss_mask=loss_mask,
                 resets=resets,
                 state=tuple(torch.cat(parts, 0) for parts in zip(*states, strict=True)),
+                burn_in=unit_burn_in,
                 agent_mask=None
                 if batch.active is None
-                else stack_windows(batch.active[:, :, list(t.agent_ids)], index),
+                else stack_windows(batch.active[:, :, agents], loss_index),
             )
         return units
 

@@ -18,7 +18,7 @@ disjoint parameters, so the summed gradient is the same); that is the only concu
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -29,13 +29,15 @@ from marl.algos.parallel import side_by_side
 from marl.core.advantages import kl_k3
 from marl.core.kernels.optim import clip_and_adam_step
 from marl.core.losses import NonFiniteError, OptimismOffset, ppo_stats, ppo_surrogate
-from marl.policies import MultiAgentPolicy, TypeActor
+from marl.policies import MaskedCategorical, MultiAgentPolicy, TypeActor
 from marl.run.distributed import DistContext, average_gradients
 
 __all__ = [
     "Minibatch",
     "PPOLossConfig",
     "ppo_loss",
+    "ppo_loss_chunks",
+    "merge_chunk_terms",
     "PolicyUpdate",
     "ExtraTerms",
     "clip_and_step",
@@ -50,17 +52,25 @@ class Minibatch:
     """One agent type's share of a batch: ``B`` units of ``L`` steps of its ``n`` agents.
 
     A unit is a single step (``L = 1``, feed-forward backbones), a training window, or a
-    whole episode. ``select(idx)`` takes units along dim 0.
+    whole episode. ``select(idx)`` takes units along dim 0. Windows with burn-in carry ``P``
+    more input steps (``obs``, ``resets``) than loss steps (the other per-step fields); the
+    stored ``state`` is the one before the first input step.
     """
 
-    obs: Tensor  # [B, L, n, D]
+    #: the fields with one entry per loss step ``[B, L, ...]`` (:meth:`loss_steps` slices them)
+    LOSS_FIELDS = ("action_mask", "actions", "old_logp", "advantages", "loss_mask", "ref_logp",
+                   "agent_mask")  # fmt: skip
+
+    obs: Tensor  # [B, P + L, n, D] (P burn-in prefix steps, 0 unless windows have burn-in)
     action_mask: Tensor  # [B, L, n, A] bool
     actions: Tensor  # [B, L, n] long
     old_logp: Tensor  # [B, L, n]
     advantages: Tensor  # [B, L, n]
     loss_mask: Tensor  # [B, L] bool: steps that enter the loss
-    resets: Tensor | None = None  # [B, L] bool: an episode starts at this step (recurrent)
+    resets: Tensor | None = None  # [B, P + L] bool: an episode starts at this step (recurrent)
     state: tuple[Tensor, ...] | None = None  # backbone state before step 0, B * n rows
+    #: [B] long: the burn-in steps of each unit, the last of its P prefix steps (None: P)
+    burn_in: Tensor | None = None
     ref_logp: Tensor | None = None  # [B, L, n] reference policy log-probs (KL term)
     #: [B, L, n] bool: the agents still in the episode (envs whose agents may leave early,
     #: marl.adapters' ``active`` info); None: every agent of a loss step counts
@@ -94,6 +104,15 @@ class Minibatch:
                 taken[f.name] = value.index_select(0, idx)
         return replace(self, **taken)
 
+    def loss_steps(self, steps: slice) -> Minibatch:
+        """The loss steps ``steps`` (a slice of ``[0, L)``) of every unit: the per-loss-step
+        fields sliced along dim 1, the inputs (obs, resets, state, burn_in) kept whole."""
+        taken = {
+            name: None if getattr(self, name) is None else getattr(self, name)[:, steps]
+            for name in self.LOSS_FIELDS
+        }
+        return replace(self, **taken)
+
 
 @dataclass(frozen=True)
 class PPOLossConfig:
@@ -113,6 +132,7 @@ def ppo_loss(
     *,
     count: Tensor | float,
     offset: OptimismOffset | None = None,
+    tbptt_chunk: int | None = None,
 ) -> dict[str, Tensor]:
     """The named loss terms of one agent type's minibatch (to minimise, summed by the caller).
 
@@ -126,9 +146,42 @@ def ppo_loss(
 
     Also returns ``logits`` (the masked logits ``[B, L, n, A]``, with their graph, for extra
     terms) and detached pieces for the diagnostics: ``logp``, ``dual_active``,
-    ``entropy_sum``, ``surrogate_sum`` and ``mask`` ``[B, L, n]``.
+    ``entropy_sum``, ``surrogate_sum`` and ``mask`` ``[B, L, n]``. ``tbptt_chunk``: truncated
+    BPTT inside recurrent windows (:meth:`marl.policies.TypeActor.chunks`); the terms are
+    those of :func:`ppo_loss_chunks` added up.
     """
-    dist = actor.sequence(mb.obs, mb.action_mask, mb.state, mb.resets)
+    parts = list(
+        ppo_loss_chunks(actor, mb, coef, count=count, offset=offset, tbptt_chunk=tbptt_chunk)
+    )
+    return parts[0] if len(parts) == 1 else merge_chunk_terms(parts)
+
+
+def ppo_loss_chunks(
+    actor: TypeActor,
+    mb: Minibatch,
+    coef: PPOLossConfig,
+    *,
+    count: Tensor | float,
+    offset: OptimismOffset | None = None,
+    tbptt_chunk: int | None = None,
+) -> Iterator[dict[str, Tensor]]:
+    """:func:`ppo_loss`'s terms chunk by chunk of the loss window (one chunk without
+    ``tbptt_chunk``): each chunk's terms are sums over its samples divided by ``count``, so
+    the chunks' terms add up to the window's, and a caller may run each chunk's backward
+    before the next chunk is computed (the activations of one chunk at a time)."""
+    length = mb.actions.shape[1]
+    for steps, logits in actor.chunks(mb.obs, mb.state, mb.resets, length, mb.burn_in, tbptt_chunk):
+        part = mb if (steps.start, steps.stop) == (0, length) else mb.loss_steps(steps)
+        yield _loss_terms(MaskedCategorical(logits, part.action_mask), part, coef, count, offset)
+
+
+def _loss_terms(
+    dist: MaskedCategorical,
+    mb: Minibatch,
+    coef: PPOLossConfig,
+    count: Tensor | float,
+    offset: OptimismOffset | None,
+) -> dict[str, Tensor]:
     logp = dist.log_prob(mb.actions)  # [B, L, n]
     advantages = mb.advantages if offset is None else offset(mb.advantages)
     surrogate, dual_active = ppo_surrogate(
@@ -155,6 +208,23 @@ def ppo_loss(
     losses["surrogate_sum"] = surrogate_sum.detach()
     losses["entropy_sum"] = entropy_sum.detach()
     return losses
+
+
+#: chunk terms concatenated along the loss steps (dim 1); every other term is added up
+_PER_STEP_TERMS = ("logits", "logp", "dual_active", "mask")
+
+
+def merge_chunk_terms(parts: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+    """The terms of a whole window from its chunks' (:func:`ppo_loss_chunks`): per-step
+    pieces concatenated along the steps, sums and losses added."""
+    out: dict[str, Tensor] = {}
+    for key in parts[0]:
+        values = [p[key] for p in parts]
+        if key in _PER_STEP_TERMS:
+            out[key] = None if values[0] is None else torch.cat(values, dim=1)
+        else:
+            out[key] = sum(values[1:], values[0])
+    return out
 
 
 def clip_and_step(
@@ -204,9 +274,13 @@ class PolicyUpdate:
         offset: OptimismOffset | None = None,
         ctx: DistContext | None = None,
         extra_terms: ExtraTerms | None = None,
+        tbptt_chunk: int | None = None,
     ) -> None:
         self.policy, self.offset, self.ctx = policy, offset, ctx
         self.extra_terms = extra_terms
+        #: truncated BPTT chunk inside recurrent windows (None: whole windows); each chunk's
+        #: backward runs before the next chunk's forward unless extra terms need the window
+        self.tbptt_chunk = tbptt_chunk
         #: the optimiser step through marl.core.kernels.optim (same arithmetic, fewer ops)
         self.fast_step = True
         self.epochs, self.num_minibatches = epochs, num_minibatches
@@ -251,6 +325,7 @@ class PolicyUpdate:
             parallel=parallel,
             offset=offset,
             ctx=ctx,
+            tbptt_chunk=getattr(cfg, "tbptt_chunk", None),
         )
 
     def set_lr(self, lr: float) -> None:
@@ -296,17 +371,28 @@ class PolicyUpdate:
     ) -> dict[str, dict[str, Tensor]]:
         """Every agent type's loss terms and their backward (in threads with ``parallel``)."""
 
-        def one_type(name: str) -> dict[str, Tensor]:
-            actor = self.policy.actors[name]
-            terms = ppo_loss(actor, batch[name], coef, count=count, offset=self.offset)
-            if self.extra_terms is not None:
-                terms.update(self.extra_terms(actor, batch[name], terms, count))
+        def backward(terms: dict[str, Tensor]) -> None:
             losses = {k: v for k, v in terms.items() if k.startswith("loss/")}
             for key, value in losses.items():
                 if not torch.isfinite(value):
                     raise NonFiniteError(key)
             sum(losses.values()).backward()
-            return terms
+
+        def one_type(name: str) -> dict[str, Tensor]:
+            actor, mb = self.policy.actors[name], batch[name]
+            kw = {"count": count, "offset": self.offset, "tbptt_chunk": self.tbptt_chunk}
+            if self.extra_terms is not None:  # extra terms see the whole window at once
+                terms = ppo_loss(actor, mb, coef, **kw)
+                terms.update(self.extra_terms(actor, mb, terms, count))
+                backward(terms)
+                return terms
+            parts = []
+            for terms in ppo_loss_chunks(actor, mb, coef, **kw):
+                backward(terms)  # this chunk's activations are freed before the next chunk
+                terms["logits"] = terms["logits"].detach()
+                parts.append({k: v.detach() if k.startswith("loss/") else v
+                              for k, v in terms.items()})  # fmt: skip
+            return parts[0] if len(parts) == 1 else merge_chunk_terms(parts)
 
         names = list(batch)
         jobs = [lambda name=name: one_type(name) for name in names]
@@ -356,18 +442,21 @@ def stack_windows(x: Tensor, index: Tensor) -> Tensor:
 def window_plan(T: int, seq_len: int, burn_in: int) -> tuple[Tensor, Tensor, list[int]]:
     """Training windows over a rollout of T steps.
 
-    Window w's loss covers steps ``[w*L, (w+1)*L)``; its input starts ``burn_in`` steps
-    earlier (at 0 for the first windows) and has length ``burn_in + L``.
+    Window w's loss covers steps ``[w*L, (w+1)*L)``; its input has ``burn_in + L`` steps:
+    ``burn_in`` prefix steps, then the loss steps. Its burn-in is the ``b_w =
+    min(burn_in, w*L)`` steps before ``w*L`` (shorter for the first windows, which cannot reach
+    before the rollout's first step); the prefix positions before them are padding (step 0,
+    never read). The collector stores the actor state before step ``w*L - b_w``.
 
-    Returns ``(time_index [W, burn_in+L], loss_mask [W, burn_in+L] bool, starts [W])``.
+    Returns ``(time_index [W, burn_in + L], burn_in_steps [W] long, starts [W])``.
     """
     if T % seq_len:
         raise ValueError(f"seq_len={seq_len} must divide rollout_steps={T}")
-    if burn_in + seq_len > T:
-        raise ValueError(f"burn_in + seq_len = {burn_in + seq_len} exceeds rollout_steps={T}")
+    if burn_in < 0:
+        raise ValueError(f"burn_in must be >= 0, got {burn_in}")
     W, Lw = T // seq_len, burn_in + seq_len
-    starts = [max(0, w * seq_len - burn_in) for w in range(W)]
-    index = torch.tensor(starts)[:, None] + torch.arange(Lw)[None, :]
-    lo = (torch.arange(W) * seq_len)[:, None]
-    loss_mask = (index >= lo) & (index < lo + seq_len)
-    return index, loss_mask, starts
+    loss_start = torch.arange(W) * seq_len
+    index = (loss_start[:, None] - burn_in + torch.arange(Lw)[None, :]).clamp_min(0)
+    steps = loss_start.clamp_max(burn_in)
+    starts = (loss_start - steps).tolist()
+    return index, steps, starts
