@@ -177,6 +177,10 @@ def test_cli_input_errors(tmp_path: Path, monkeypatch, capsys) -> None:
 @pytest.mark.parametrize("backbone", ["mlp", "gru"])
 def test_studies_validate_with_parse_cli(backbone: str) -> None:
     for name in STUDIES:
+        if name == "grouping" and backbone == "mlp":
+            with pytest.raises(ValueError, match="needs a sequence backbone"):
+                get_study(name, backbone=backbone)
+            continue
         study = get_study(name, backbone=backbone)
         assert study.reference in study.variants
         for variant, args in study.variants.items():
@@ -200,6 +204,10 @@ def test_studies_validate_with_parse_cli(backbone: str) -> None:
     mem = get_study("memory").variants
     assert {parse_cli(a).backbone for a in mem.values()} == {"mlp", "gru", "mamba", "mamba2"}
     assert all(parse_cli(a).env.get("preset") == "memory" for a in mem.values())
+    if backbone != "mlp":
+        grouping = get_study("grouping", backbone=backbone).variants
+        schemes = {parse_cli([f"--backbone={backbone}", *a]).whitening for a in grouping.values()}
+        assert schemes == {"type", "position", "chunk"}
     with pytest.raises(ValueError, match="unknown study"):
         get_study("nope")
 

@@ -72,6 +72,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from marl.experiments.studies import STUDIES
 from marl.run.checkpoint import wait_for_run_dir
 from marl.run.train import FINISHED_MARKER
 
@@ -375,7 +376,10 @@ def build_spec(args: argparse.Namespace) -> CompareSpec:
     variants: list[Variant] = []
     study_reference = None
     if args.study:
-        study = get_study(args.study, backbone=_backbone_of(spec), algo=spec.algo)
+        try:
+            study = get_study(args.study, backbone=_backbone_of(spec), algo=spec.algo)
+        except ValueError as exc:
+            raise CompareError(f"--study {args.study}: {exc}") from None
         variants += [Variant(n, list(a)) for n, a in study.variants.items()]
         study_reference = study.reference
     if args.variants:
@@ -1025,7 +1029,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--study",
-        choices=("whitening", "calibration", "memory"),
+        choices=tuple(STUDIES),
         help="A built-in set of variants (marl.experiments.studies); --variant adds to it.",
     )
     p.add_argument(

@@ -19,6 +19,9 @@ calibration    baseline (``--recipe=baseline``: plain batch whitening), then see
                baseline.
 memory         mlp vs gru vs mamba vs mamba2 backbones on the memory preset of the environment
                (``--env.preset=memory``: no minimap, long episodes). Reference: mlp.
+grouping       sequence backbones only (gru, mamba, mamba2): whitening per agent type vs per
+               position in the training window vs per chunk of 8 positions (seed 003's
+               pairing). Reference: type.
 =============  ================================================================================
 """
 
@@ -124,7 +127,36 @@ def _memory(backbone: str, algo: str) -> Study:
     )
 
 
-STUDIES = {"whitening": _whitening, "calibration": _calibration, "memory": _memory}
+def _grouping(backbone: str, algo: str) -> Study:
+    if backbone not in SEQUENCE_BACKBONES:
+        raise ValueError(
+            f"the grouping study compares whitening groups within training windows and needs a "
+            f"sequence backbone ({', '.join(SEQUENCE_BACKBONES)}); got --backbone={backbone}: "
+            "add --common=--backbone=mamba (for example)"
+        )
+    return Study(
+        name="grouping",
+        description=(
+            "Seed 003's pairing for sequence backbones: advantages whitened per agent type vs "
+            "per position in the training window vs per chunk of positions."
+        ),
+        reference="type",
+        variants={
+            "type": ["--whitening=type"],
+            "position": ["--whitening=position"],
+            # 8 positions a chunk: 2 chunks of gru's 16-step window, 8 of mamba's 64 (the
+            # default chunk_size, 64, would be one chunk of mamba's window: batch whitening)
+            "chunk": ["--whitening=chunk", "--chunk-size=8"],
+        },
+    )
+
+
+STUDIES = {
+    "whitening": _whitening,
+    "calibration": _calibration,
+    "memory": _memory,
+    "grouping": _grouping,
+}
 
 
 def get_study(name: str, *, backbone: str = "mlp", algo: str = "mappo") -> Study:
