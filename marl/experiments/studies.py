@@ -57,7 +57,7 @@ def _whitening(backbone: str, algo: str) -> Study:
     }
     if backbone in SEQUENCE_BACKBONES:
         variants["position"] = ["--whitening=position"]
-        variants["chunk"] = ["--whitening=chunk"]
+        variants["chunk"] = ["--whitening=chunk", "--chunk-size=8"]  # as in the grouping study
     return Study(
         name="whitening",
         description="Grouped advantage whitening schemes (DESIGN.md: one grouped kernel).",
