@@ -12,7 +12,12 @@ Measures (issue 4, item 6), all peers in the same process and run so ratios are 
 4. step latency at B=1024: Mamba.step / Mamba2.step vs torch.nn.GRUCell(64, 64), early and
    late in a rollout (constant in t);
 5. with CUDA and mamba-ssm: the cuda backend vs the chunked torch path at L >= 1024;
-6. with ``--compare-threading-layers``: the step latencies and the training and no-grad
+6. with ``--ratios`` (alone): the issue-17 ratios in one table, every pair timed in
+   interleaved repeats (medians) in the same process, at torch's default thread count and at
+   one thread: Mamba / Mamba2 vs nn.GRU fwd+bwd (B=32, L=1024), Mamba.step vs nn.GRUCell
+   (B=1024), MambaBackbone.step vs GRUBackbone.step (B=128, 1024; 1% resets) and their
+   forward + backward on training windows with resets (L=16, 64, 256, 1024);
+7. with ``--compare-threading-layers``: the step latencies and the training and no-grad
    forward times on each of numba's threading layers loadable here (workqueue, omp, tbb), one
    fresh process per layer (numba picks its layer once per process), as ratios to workqueue.
 
@@ -26,11 +31,13 @@ Usage::
     python benchmarks/seqmodels.py --quick    # smaller sizes, fewer repetitions (smoke test)
     python benchmarks/seqmodels.py --threads 1 --markdown out.md
     python benchmarks/seqmodels.py --compare-threading-layers --only-layers
+    python benchmarks/seqmodels.py --ratios --clock cpu   # issue-17 ratios (both thread counts)
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -229,6 +236,116 @@ def time_forward(name: str, batch: int, length: int, reps: int) -> float:
     return best
 
 
+def _interleaved(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
+    """Median seconds of each function over ``reps`` rounds that run all of them in turn (so
+    load from other processes hits each alike), after one warm-up call each."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(reps):
+        for k, fn in fns.items():
+            start = clock()
+            fn()
+            times[k].append(clock() - start)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _train_ratios(tag: str, length: int) -> list[tuple[str, str]]:
+    """Mamba / Mamba2 vs nn.GRU forward + backward speed at B=32."""
+    x = torch.randn(32, length, D_MODEL, requires_grad=True)
+    models = {n: build(n) for n in ("gru", "mamba", "mamba2")}
+    t = _interleaved({n: functools.partial(fwd_bwd, m, x) for n, m in models.items()}, 5)
+    return [
+        (f"{n} / nn.GRU fwd+bwd speed, B=32 L={length}, {tag}", f"{t['gru'] / t[n]:.2f}x")
+        for n in ("mamba", "mamba2")
+    ]
+
+
+class _Stepper:
+    """Calls ``fn(x, state) -> (y, state)`` (or ``-> state``) carrying the state along."""
+
+    def __init__(self, fn: Callable, x: torch.Tensor, state: object, *extra: object) -> None:
+        self.fn, self.x, self.state, self.extra = fn, x, state, extra
+
+    def __call__(self) -> None:
+        out = self.fn(self.x, self.state, *self.extra)
+        self.state = out[1] if isinstance(out, tuple) and len(out) == 2 else out
+
+
+@torch.no_grad()
+def _step_ratios(tag: str, scale: int) -> list[tuple[str, str]]:
+    """Mamba.step vs nn.GRUCell (B=1024); MambaBackbone.step vs GRUBackbone.step."""
+    from seqmodels.backbones import make_backbone
+
+    batch = 1024
+    x = torch.randn(batch, D_MODEL)
+    cell = nn.GRUCell(D_MODEL, D_MODEL)
+    m = Mamba(D_MODEL, d_state=D_STATE, expand=EXPAND)
+    fns = {
+        "gru": _Stepper(cell, x, torch.zeros(batch, D_MODEL)),
+        "mamba": _Stepper(m.step, x, m.initial_state(batch)),
+    }
+    t = _interleaved(fns, 300 // scale)
+    rows = [
+        (
+            f"Mamba.step / nn.GRUCell time, B={batch}, {tag}",
+            f"{t['mamba'] / t['gru']:.2f}x (target <= 5x)",
+        )
+    ]
+    for batch in (128, 1024):
+        x = torch.randn(batch, 40)
+        reset = torch.rand(batch) < 0.01
+        nets = {k: make_backbone(k, 40, D_MODEL) for k in ("gru", "mamba")}
+        fns = {k: _Stepper(n.step, x, n.initial_state(batch), reset) for k, n in nets.items()}
+        t = _interleaved(fns, (300 if batch == 128 else 150) // scale)
+        name = f"MambaBackbone.step / GRUBackbone.step time, B={batch}, {tag}"
+        rows.append((name, f"{t['mamba'] / t['gru']:.2f}x"))
+    return rows
+
+
+def _backbone_fwd_bwd(net: nn.Module, x: torch.Tensor, state: tuple, resets: torch.Tensor) -> None:
+    net(x, state, resets)[0].sum().backward()
+
+
+def _window_ratios(tag: str, length: int) -> list[tuple[str, str]]:
+    """MambaBackbone vs GRUBackbone forward + backward on a training window with resets."""
+    from seqmodels.backbones import make_backbone
+
+    batch = 128 if length <= 256 else 32
+    x = torch.randn(batch, length, 40)
+    resets = torch.rand(batch, length) < 1 / 200  # episodes of ~200 steps
+    nets = {k: make_backbone(k, 40, D_MODEL) for k in ("gru", "mamba")}
+    fns = {
+        k: functools.partial(_backbone_fwd_bwd, n, x, n.initial_state(batch), resets)
+        for k, n in nets.items()
+    }
+    t = _interleaved(fns, 3 if length >= 256 else 9)
+    name = f"MambaBackbone / GRUBackbone fwd+bwd time, B={batch} L={length}, {tag}"
+    return [(name, f"{t['mamba'] / t['gru']:.2f}x")]
+
+
+def issue17_ratios(emit: Callable[[str], None], quick: bool) -> None:
+    """The issue-17 ratios at torch's default thread count and at one thread (see the module
+    docstring, item 6). Speed ratios: > 1 means Mamba is faster; time ratios: < 1 means it
+    is faster."""
+    default_threads = torch.get_num_threads()
+    scale = 4 if quick else 1
+    rows: list[tuple[str, str]] = []
+    for threads in dict.fromkeys((default_threads, 1)):
+        torch.set_num_threads(threads)
+        torch.manual_seed(0)
+        tag = f"{threads} thread{'s' if threads > 1 else ''}"
+        rows += _train_ratios(tag, 1024 // scale)
+        rows += _step_ratios(tag, scale)
+        for length in (16, 64) if quick else (16, 64, 256, 1024):
+            rows += _window_ratios(tag, length)
+    torch.set_num_threads(default_threads)
+    emit("| measure | ratio |")
+    emit("|---|---|")
+    for name, value in rows:
+        emit(f"| {name} | {value} |")
+
+
 LAYERS = ("workqueue", "omp", "tbb")
 
 
@@ -326,6 +443,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--layer-rounds", type=int, default=3, help="rounds of the layer comparison (median)"
     )
+    parser.add_argument(
+        "--ratios",
+        action="store_true",
+        help="only the issue-17 ratios (both thread counts; --clock cpu on a shared machine)",
+    )
     parser.add_argument("--_mem-child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--_layer-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -358,6 +480,12 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.clock}, numba threading layer {args.threading_layer}, load average "
         f"{os.getloadavg()[0]:.1f}"
     )
+    if args.ratios:
+        emit(f"\n## issue-17 ratios (clock {args.clock}, medians of interleaved repeats)")
+        issue17_ratios(emit, args.quick)
+        if args.markdown is not None:
+            args.markdown.write_text("\n".join(lines) + "\n")
+        return
     if args.compare_threading_layers:
         emit(
             f"\n## numba threading layers (wall time unless 'cpu': the process's CPU time; step: "

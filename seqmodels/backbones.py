@@ -224,7 +224,17 @@ class _RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+
+def _normalize(norm: nn.Module, x: Tensor) -> Tensor:
+    """``norm(x)`` for the backbones' norms (RMSNorm or LayerNorm) through the functional form:
+    the same operation without the module call (a rollout step runs a few of them)."""
+    if type(norm) is _RMSNorm:
+        return F.rms_norm(x, norm.weight.shape, norm.weight, norm.eps)
+    if type(norm) is nn.LayerNorm:
+        return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+    return norm(x)
 
 
 class MambaBackbone(Backbone):
@@ -307,32 +317,33 @@ class MambaBackbone(Backbone):
     def step(
         self, x: Tensor, state: tuple[Tensor, ...] | None, reset: Tensor | None = None
     ) -> tuple[Tensor, tuple[Tensor, ...]]:
-        """x ``[B, input_dim]`` -> (y ``[B, hidden_dim]``, state)."""
+        """x ``[B, input_dim]`` -> (y ``[B, hidden_dim]``, state). (The functional forms of
+        the projection and norms: the same operations as :meth:`forward`'s.)"""
         x, reset = self._check_step(x, reset)
-        h = self.proj(x)
+        h = F.linear(x, self.proj.weight, self.proj.bias)
         new_state: list[Tensor] = []
         for norm, block, s in zip(
             self.norms, self.blocks, self._split_state(state, x.shape[0]), strict=True
         ):
-            out, s = block.step(norm(h), s, reset)
+            out, s = block.step(_normalize(norm, h), s, reset)
             h = h + out
-            new_state += list(s)
-        return self.norm_f(h), tuple(new_state)
+            new_state += s
+        return _normalize(self.norm_f, h), tuple(new_state)
 
     def forward(
         self, x: Tensor, state: tuple[Tensor, ...] | None = None, resets: Tensor | None = None
     ) -> tuple[Tensor, tuple[Tensor, ...]]:
         """x ``[B, L, input_dim]`` -> (y ``[B, L, hidden_dim]``, state after the last step)."""
         x, resets = self._check_seq(x, state, resets)
-        h = self.proj(x)
+        h = F.linear(x, self.proj.weight, self.proj.bias)
         new_state: list[Tensor] = []
         for norm, block, s in zip(
             self.norms, self.blocks, self._split_state(state, x.shape[0]), strict=True
         ):
-            out, s = block(norm(h), s, resets)
+            out, s = block(_normalize(norm, h), s, resets)
             h = h + out
-            new_state += list(s)
-        return self.norm_f(h), tuple(new_state)
+            new_state += s
+        return _normalize(self.norm_f, h), tuple(new_state)
 
 
 def make_backbone(kind: str, input_dim: int, hidden_dim: int = 64, **kw: Any) -> Backbone:

@@ -44,6 +44,7 @@ from seqmodels.ops import (
     conv_step_silu,
     group_rmsnorm,
     mamba_inner,
+    mamba_step,
     masked_causal_conv,
     rmsnorm_gated,
     rmsnorm_gated_reference,
@@ -52,7 +53,6 @@ from seqmodels.scan import (
     BACKENDS,
     TORCH_CHUNK,
     resolve_backend,
-    selective_state_update_gated,
     ssd_scan,
     ssd_state_update,
 )
@@ -340,30 +340,21 @@ class Mamba(nn.Module):
             conv_state, ssm_state = self.initial_state(batch, device=x.device, dtype=x.dtype)
         else:
             conv_state, ssm_state = _check_state(state, self._state_shapes(), batch)
-        if reset is not None:
-            conv_state, ssm_state = _zero_rows(conv_state, reset), _zero_rows(ssm_state, reset)
-        xz = self.in_proj(x)
-        xs, z = xz.chunk(2, dim=-1)
-        xs, conv_state = conv_step_silu(
-            conv_state, xs, self.conv1d.weight, self.conv1d.bias, _step_backend(self.backend, x)
-        )
-        dt, Bm, Cm = torch.split(self.x_proj(xs), [self.dt_rank, self.d_state, self.d_state], -1)
-        A = -torch.exp(self.A_log.to(x.dtype))
-        # softplus(dt + bias), state update, D skip and SiLU gate: one numba kernel on CPU
-        h, y = selective_state_update_gated(
-            ssm_state.to(x.dtype),
-            F.linear(dt, self.dt_proj.weight),
-            xs,
-            z,
-            A,
+        # in_proj, then the rest of the block but out_proj in one numba kernel on CPU (resets,
+        # conv + SiLU, x_proj, softplus(dt_proj), state update, D skip, gate), then out_proj
+        y, conv_state, ssm_state = mamba_step(
+            F.linear(x, self.in_proj.weight, self.in_proj.bias),
+            conv_state,
+            ssm_state,
+            reset,
+            (self.conv1d.weight, self.conv1d.bias),
+            self.x_proj.weight,
+            (self.dt_proj.weight, self.dt_proj.bias),
+            -torch.exp(self.A_log.to(x.dtype)),
             self.D,
-            Bm,
-            Cm,
             backend=_step_backend(self.backend, x),
-            dt_bias=self.dt_proj.bias,
-            dt_softplus=True,
         )
-        return self.out_proj(y), (conv_state, h.to(ssm_state.dtype))
+        return F.linear(y, self.out_proj.weight, self.out_proj.bias), (conv_state, ssm_state)
 
 
 # --------------------------------------------------------------------------------------------

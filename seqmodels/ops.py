@@ -10,6 +10,7 @@ readable (here)                fused twin                        dispatcher (her
 ``rmsnorm_gated_reference``    ``rmsnorm_gated_numba``           ``rmsnorm_gated``
 ``mamba_inner_reference``      ``mamba_inner_numba``             ``mamba_inner``
 ``mamba_block_reference``      ``mamba_block_numba``             (``seqmodels.Mamba``)
+``mamba_step_reference``       ``mamba_step_numba``              ``mamba_step``
 =============================  ================================  =========================
 
 The scans and single-step state updates pair up the same way in :mod:`seqmodels.scan`.
@@ -28,7 +29,12 @@ from einops import rearrange
 from torch import Tensor
 
 from seqmodels.kernels import numba_ops
-from seqmodels.scan import resolve_backend, selective_scan, use_step_kernel
+from seqmodels.scan import (
+    resolve_backend,
+    selective_scan,
+    selective_state_update_gated_reference,
+    use_step_kernel,
+)
 
 # --------------------------------------------------------------------------------------------
 # causal depthwise convolution (+ SiLU) over a sequence and for one step
@@ -275,6 +281,65 @@ def mamba_block_reference(
     return F.linear(y, *out_proj), new_conv, h_last
 
 
+def mamba_step_reference(
+    xz: Tensor,
+    conv_state: Tensor,
+    ssm_state: Tensor,
+    reset: Tensor | None,
+    conv: tuple[Tensor, Tensor | None],
+    x_proj_weight: Tensor,
+    dt_proj: tuple[Tensor, Tensor],
+    A: Tensor,
+    D: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One Mamba step after in_proj (``seqmodels.Mamba.step``'s core, before out_proj):
+    the rows that reset start from zero states, then one causal-conv step + SiLU, x_proj,
+    softplus(dt_proj), the state update, the D skip and the SiLU gate.
+
+    xz ``[B, 2 d_inner]`` (in_proj output: x | z); conv_state ``[B, d_inner, d_conv]``;
+    ssm_state ``[B, d_inner, d_state]``; reset ``[B]`` bool or None; conv
+    (``[d_inner, 1, d_conv]`` weight, bias) and dt_proj as (weight, bias);
+    x_proj_weight ``[dt_rank + 2 d_state, d_inner]``; A ``[d_inner, d_state]`` (= -exp(A_log));
+    D ``[d_inner]``. Returns (y ``[B, d_inner]``, new conv state, new SSM state).
+    """
+    if reset is not None:
+        conv_state = conv_state.masked_fill(reset[:, None, None], 0)
+        ssm_state = ssm_state.masked_fill(reset[:, None, None], 0)
+    dt_rank, d_state = dt_proj[0].shape[1], A.shape[1]
+    xs, z = xz.chunk(2, dim=-1)
+    xs, new_conv = conv_step_silu_reference(conv_state, xs, *conv)
+    dt_low, Bm, Cm = F.linear(xs, x_proj_weight).split([dt_rank, d_state, d_state], dim=-1)
+    h, y = selective_state_update_gated_reference(
+        ssm_state.to(xz.dtype), F.linear(dt_low, dt_proj[0]), xs, z, A, D, Bm, Cm,
+        dt_bias=dt_proj[1], dt_softplus=True,
+    )  # fmt: skip
+    return y, new_conv, h.to(ssm_state.dtype)
+
+
+def mamba_step(
+    xz: Tensor,
+    conv_state: Tensor,
+    ssm_state: Tensor,
+    reset: Tensor | None,
+    conv: tuple[Tensor, Tensor | None],
+    x_proj_weight: Tensor,
+    dt_proj: tuple[Tensor, Tensor],
+    A: Tensor,
+    D: Tensor,
+    backend: str = "auto",
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`mamba_step_reference`; its fused numba twin (one kernel, no state copies) on the
+    numba backend when no gradient is taken (rollouts)."""
+    tensors = [xz, conv_state, ssm_state, conv[0], x_proj_weight, *dt_proj, A, D]
+    if use_step_kernel(backend, tensors):
+        return numba_ops.mamba_step_numba(
+            xz, conv_state, ssm_state, reset, conv, x_proj_weight, dt_proj, A, D
+        )
+    return mamba_step_reference(
+        xz, conv_state, ssm_state, reset, conv, x_proj_weight, dt_proj, A, D
+    )
+
+
 __all__ = [
     "causal_conv_silu",
     "conv_silu_reference",
@@ -284,6 +349,8 @@ __all__ = [
     "mamba_block_reference",
     "mamba_inner",
     "mamba_inner_reference",
+    "mamba_step",
+    "mamba_step_reference",
     "masked_causal_conv",
     "rmsnorm_gated",
     "rmsnorm_gated_reference",

@@ -39,6 +39,7 @@ TWINS = [
     (numba_ops.rmsnorm_gated_numba, ops.rmsnorm_gated_reference),
     (numba_ops.mamba_inner_numba, ops.mamba_inner_reference),
     (numba_ops.mamba_block_numba, ops.mamba_block_reference),
+    (numba_ops.mamba_step_numba, ops.mamba_step_reference),
     (cuda_ops.selective_scan_cuda, scan.selective_scan_reference),
     (cuda_ops.ssd_scan_cuda, scan.ssd_scan_reference),
 ]
@@ -134,6 +135,33 @@ def test_step_ops_match_their_twins():
     for fused, twin, args in cases:
         for got, want in zip(fused(*args), twin(*args), strict=True):
             torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=fused.__name__)
+
+
+@pytest.mark.parametrize("conv_bias", [True, False])
+@pytest.mark.parametrize("reset", [None, "some"])
+def test_mamba_step_numba_matches_its_twin(conv_bias, reset):
+    # d_inner = 11, d_state = 4, dt_rank = 3, d_conv = 4; rows 1 and 3 reset and carry NaN
+    # states, which must not reach their outputs (replaced by zeros, not multiplied by 0)
+    B, D, N, R, W = 5, 11, 4, 3, 4
+    xz = _randn(B, 2 * D, seed=1)
+    conv_state, ssm_state = _randn(B, D, W, seed=2), _randn(B, D, N, seed=3)
+    flags = None
+    if reset == "some":
+        flags = torch.tensor([False, True, False, True, False])
+        conv_state[flags], ssm_state[flags] = float("nan"), float("nan")
+    conv = (_randn(D, 1, W, seed=4), _randn(D, seed=5) if conv_bias else None)
+    x_proj_weight = _randn(R + 2 * N, D, seed=6)
+    dt_proj = (_randn(D, R, seed=7) * 0.3, _randn(D, seed=8))
+    A = -torch.rand(D, N, generator=_gen(9), dtype=F64) - 0.1
+    Dv = _randn(D, seed=10)
+    args = (xz, conv_state, ssm_state, flags, conv, x_proj_weight, dt_proj, A, Dv)
+    before = [t.clone() for t in (conv_state, ssm_state)]
+    got, want = numba_ops.mamba_step_numba(*args), ops.mamba_step_reference(*args)
+    for g, w in zip(got, want, strict=True):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+    for t, b in zip((conv_state, ssm_state), before, strict=True):  # inputs not modified
+        torch.testing.assert_close(t, b, equal_nan=True, rtol=0, atol=0)
 
 
 # ------------------------------------------------------------------------------------------

@@ -1198,3 +1198,88 @@ def mamba_fused_bwd(
                     ddtl[b, t, r] = _dot(ddt, Wt[r])
         dh0[b] = gh
     return du, ddtl, dWt, ddbias, dA, dD, dB, dC, dh0, y
+
+
+@numba.njit(parallel=True, cache=True, fastmath=_FM)
+def mamba_step_fused(xz, conv_state, ssm_state, reset, conv_w, conv_b, W_x, W_dt, b_dt, A, Dv):
+    """A whole Mamba step after in_proj (rollouts, no autograd): conv + SiLU, x_proj, dt_proj +
+    softplus, state update, C . h + D skip, SiLU gate; the rows that reset start from zero
+    states (replaced, not multiplied by 0).
+
+    xz [B, 2 D] (in_proj output: x | z); conv_state [B, D, W], ssm_state [B, D, N]
+    (mamba-ssm layouts); reset [B] bool; conv_w [D, W]; conv_b [D]; W_x [R + 2 N, D];
+    W_dt [D, R]; b_dt, Dv [D]; A [D, N]. Returns y [B, D] (out_proj's input), the new conv
+    state and the new SSM state.
+
+    Same arithmetic, in the same order, as the training kernels (conv_silu_fwd's taps oldest
+    first after the bias; mamba_fused_fwd's bias + dt_low . W_dt, softplus, fexp2 decays,
+    C . h summed over n in order, then + D u, times silu(z)), so a step loop reproduces the
+    forward to float rounding (x_proj is a dot product here, a matmul there; C . h a vectorised
+    dot product over n per channel here, a sum over n in order there).
+    """
+    batch, d_inner, width = conv_state.shape
+    d_state = ssm_state.shape[2]
+    rank = W_dt.shape[1]
+    n_dbl = W_x.shape[0]
+    dtype = xz.dtype
+    one = dtype.type(1)
+    y = np.empty((batch, d_inner), dtype=dtype)
+    new_conv = np.empty_like(conv_state)
+    new_ssm = np.empty_like(ssm_state)
+    a_scaled = np.empty((d_inner, d_state), dtype=dtype)
+    for d in range(d_inner):
+        for n in range(d_state):
+            a_scaled[d, n] = A[d, n] * exp_scale(A[d, n])
+    Wt = np.empty((rank, d_inner), dtype=dtype)
+    for d in range(d_inner):
+        for r in range(rank):
+            Wt[r, d] = W_dt[d, r]
+    zero_conv = np.zeros((d_inner, width), dtype=dtype)
+    zero_ssm = np.zeros((d_inner, d_state), dtype=dtype)
+    for b in prange(batch):
+        xs = np.empty(d_inner, dtype=dtype)
+        dl = np.empty(d_inner, dtype=dtype)
+        acc = np.empty(d_inner, dtype=dtype)
+        dbl = np.empty(n_dbl, dtype=dtype)
+        old_conv = zero_conv if reset[b] else conv_state[b]
+        xr = xz[b]
+        nc = new_conv[b]
+        for c in range(d_inner):
+            a = conv_b[c]
+            for k in range(width - 1):
+                v = old_conv[c, k + 1]
+                nc[c, k] = v
+                a += v * conv_w[c, k]
+            v = xr[c]
+            nc[c, width - 1] = v
+            xs[c] = a + v * conv_w[c, width - 1]
+        for c in range(d_inner):  # SiLU in its own loop, which vectorises
+            v = xs[c]
+            xs[c] = v / (one + fexp(-v))
+        for j in range(n_dbl):
+            dbl[j] = _dot(W_x[j], xs)
+        for d in range(d_inner):
+            dl[d] = b_dt[d]
+        for r in range(rank):
+            dr = dbl[r]
+            wr = Wt[r]
+            for d in range(d_inner):
+                dl[d] += dr * wr[d]
+        for d in range(d_inner):
+            dl[d] = fsoftplus(dl[d])
+        h_old = zero_ssm if reset[b] else ssm_state[b]  # (see the module docstring)
+        h_new = new_ssm[b]
+        Bv = dbl[rank : rank + d_state]
+        Cv = dbl[rank + d_state : rank + 2 * d_state]
+        for d in range(d_inner):
+            dtv = dl[d]
+            dtx = dtv * xs[d]
+            a_row, h_row, new_row = a_scaled[d], h_old[d], h_new[d]
+            for n in range(d_state):
+                new_row[n] = fexp2(dtv * a_row[n]) * h_row[n] + dtx * Bv[n]
+            acc[d] = _dot(new_row, Cv)
+        yr = y[b]
+        for d in range(d_inner):  # D skip and gate in their own loop, which vectorises
+            zv = xr[d_inner + d]
+            yr[d] = (acc[d] + Dv[d] * xs[d]) * (zv / (one + fexp(-zv)))
+    return y, new_conv, new_ssm

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -677,6 +678,45 @@ def selective_state_update_gated_numba(
     return torch.from_numpy(h_new), torch.from_numpy(y)
 
 
+def mamba_step_numba(
+    xz: Tensor,
+    conv_state: Tensor,
+    ssm_state: Tensor,
+    reset: Tensor | None,
+    conv: tuple[Tensor, Tensor | None],
+    x_proj_weight: Tensor,
+    dt_proj: tuple[Tensor, Tensor],
+    A: Tensor,
+    D: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A Mamba step after in_proj in one kernel (contract of
+    ``seqmodels.ops.mamba_step_reference``): xz ``[B, 2 d_inner]``; conv_state
+    ``[B, d_inner, d_conv]``; ssm_state ``[B, d_inner, d_state]``; reset ``[B]`` bool or None;
+    conv (``[d_inner, 1, d_conv]`` weight, bias) and dt_proj as (weight, bias); x_proj_weight;
+    A ``[d_inner, d_state]``; D ``[d_inner]``. Returns (y ``[B, d_inner]``, new conv state,
+    new SSM state); no copy of the states is made besides the new ones."""
+    dtype = xz.dtype
+    conv_w, conv_b = conv
+    batch, d_inner = xz.shape[0], conv_w.shape[0]
+    bias = xz.new_zeros(d_inner) if conv_b is None else conv_b
+    flags = np.zeros(batch, dtype=np.bool_) if reset is None else _np(reset)
+    arrays = [
+        _np(t if t.dtype == dtype else t.to(dtype))
+        for t in (
+            xz, conv_state, ssm_state, conv_w.view(d_inner, -1), bias, x_proj_weight,
+            dt_proj[0], dt_proj[1], A, D,
+        )
+    ]  # fmt: skip
+    with torch_thread_count():
+        y, new_conv, new_ssm = _jit().mamba_step_fused(*arrays[:3], flags, *arrays[3:])
+    new_conv, new_ssm = torch.from_numpy(new_conv), torch.from_numpy(new_ssm)
+    if new_conv.dtype != conv_state.dtype:
+        new_conv = new_conv.to(conv_state.dtype)
+    if new_ssm.dtype != ssm_state.dtype:
+        new_ssm = new_ssm.to(ssm_state.dtype)
+    return torch.from_numpy(y), new_conv, new_ssm
+
+
 def ssd_state_update_numba(
     h: Tensor, dt: Tensor, x: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor
 ) -> tuple[Tensor, Tensor]:
@@ -697,6 +737,7 @@ __all__ = [
     "conv_step_silu_numba",
     "mamba_block_numba",
     "mamba_inner_numba",
+    "mamba_step_numba",
     "rmsnorm_gated_numba",
     "selective_scan_numba",
     "selective_state_update_gated_numba",
