@@ -1,7 +1,34 @@
-"""``python -m marl.train``: the command-line entry point (see the module it re-exports)."""
+"""``python -m marl.train``: the command-line entry point (see :mod:`marl.run.train`).
 
-from marl.run.train import *  # noqa: F403
-from marl.run.train import __all__, main  # noqa: F401
+:func:`main` sizes numba's thread pool to the run's threads before the trainer (and numba) is
+imported (:mod:`marl.run.numba_pool`); every other name is :mod:`marl.run.train`'s, imported
+on first use.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m marl.train`` / ``coopsearch-train``: :func:`marl.run.train.main`, with
+    numba's pool sized first."""
+    from marl.run.numba_pool import size_numba_pool
+
+    size_numba_pool(sys.argv[1:] if argv is None else argv)
+    from marl.run.train import main as run_main
+
+    return run_main(argv)
+
+
+def __getattr__(name: str) -> Any:  # the old import path: marl.train.<name>
+    if name.startswith("__"):  # e.g. __path__, asked by `from marl.train import main`
+        raise AttributeError(name)
+    import marl.run.train as _train
+
+    return getattr(_train, name)
+
 
 if __name__ == "__main__":
     raise SystemExit(main())
