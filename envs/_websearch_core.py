@@ -1,5 +1,5 @@
-"""The one vectorised core of ``websearch_v0``: configuration, presets, the corpus with its BM25
-index, task generation and the dynamics.
+"""The one vectorised core of ``websearch_v0`` and ``websearch_v1``: configuration, presets, the
+corpus with its BM25 index, task generation and the dynamics.
 
 Everything that decides what happens lives here, once:
 
@@ -11,7 +11,15 @@ Everything that decides what happens lives here, once:
   cached).
 
 ``parallel_env`` is the ``num_envs=1`` view of this core and ``vector_env`` the batched view, so
-the two cannot drift apart. See ``envs/websearch_v0.py`` for the user documentation.
+the two cannot drift apart. See ``envs/websearch_v1.py`` (and ``envs/websearch_v0.py``) for the
+user documentation.
+
+Versions: ``WebSearchConfig.version`` (set by the env module, not a user argument) switches the
+few rules that differ, inside these kernels (one copy of the dynamics): v1 adds the browsers'
+description-match observations (``B_GLOBAL_V1``, ``B_RESULT_FEATURES_V1``), the individual
+rewards for reading (``reward_read``: coverage of the description gained by an opened document)
+and for the right answer (``reward_answer``, to the browser that marks the target), and charges
+the step costs a failed episode skips (a wrong answer that ends it).
 
 Conventions: agents are ordered queriers first, then browsers. Querier actions: ``0`` stay,
 ``1`` issue the draft, ``2`` clear the draft, ``3 + j`` toggle candidate slot ``j`` (slots
@@ -53,6 +61,7 @@ __all__ = [
     "WebSearchCore",
     "build_corpus",
     "make_config",
+    "make_versioned_config",
 ]
 
 PAGE_SIZE = 5
@@ -92,6 +101,11 @@ Q_GLOBAL = 16
 Q_SLOT_FEATURES = 9
 B_GLOBAL = 16
 B_RESULT_FEATURES = 8
+# v1: + best description match among unopened results on earlier / later pages; + per result,
+# the fraction of the description's words it contains
+B_GLOBAL_V1 = B_GLOBAL + 2
+B_RESULT_FEATURES_V1 = B_RESULT_FEATURES + 1
+VERSIONS = (0, 1)
 S_GLOBAL = 11
 S_RESULT_FEATURES = 6
 S_BROWSER_FEATURES = 5
@@ -108,8 +122,13 @@ REWARD_WEIGHT_NAMES = (
     "penalty_reopen",
     "penalty_wrong",
     "penalty_invalid",
+    "reward_read",
+    "reward_answer",
 )
-W_FOUND, W_EARLY, W_SURFACE, W_STEP, W_REPEAT, W_REOPEN, W_WRONG, W_INVALID = range(8)
+(W_FOUND, W_EARLY, W_SURFACE, W_STEP, W_REPEAT, W_REOPEN, W_WRONG, W_INVALID, W_READ,
+ W_ANSWER) = range(10)  # fmt: skip
+#: arguments that only later versions have, with their defaults there: version -> {name: value}
+VERSION_ARGS: dict[int, dict[str, Any]] = {0: {}, 1: {"reward_read": 0.0, "reward_answer": 0.5}}
 
 CORPUS_FIELDS = (
     "n_entities",
@@ -183,8 +202,11 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 @dataclasses.dataclass
 class WebSearchConfig:
-    """All arguments of ``websearch_v0`` (defaults: the ``default`` preset).
+    """All arguments of ``websearch_v0`` / ``websearch_v1`` (defaults: the ``default`` preset).
 
+    ``version`` is the env module's version (not a user argument; set by
+    ``make_versioned_config``); ``reward_read`` and ``reward_answer`` exist from v1 on (0 and
+    unused in v0).
     Derived sizes (``n_agents``, ``n_docs``, ``obs_dim_querier``, ``obs_dim_browser``,
     ``state_dim``) are properties. ``validate()`` raises ``ValueError`` (``ArgumentTypeError``,
     also a ``TypeError``, for a wrong type) naming the bad argument.
@@ -224,7 +246,10 @@ class WebSearchConfig:
     penalty_reopen: float = 0.02
     penalty_wrong: float = 0.2
     penalty_invalid: float = 0.05
+    reward_read: float = 0.0
+    reward_answer: float = 0.0
     strict_actions: bool = False
+    version: int = 0
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -250,8 +275,18 @@ class WebSearchConfig:
         return Q_GLOBAL + N_SLOTS * Q_SLOT_FEATURES + 2 * HASH_DIM
 
     @property
+    def browser_global(self) -> int:
+        """Global browser features before the per-result ones (version dependent)."""
+        return B_GLOBAL if self.version == 0 else B_GLOBAL_V1
+
+    @property
+    def browser_result_features(self) -> int:
+        """Browser features per result (version dependent)."""
+        return B_RESULT_FEATURES if self.version == 0 else B_RESULT_FEATURES_V1
+
+    @property
     def obs_dim_browser(self) -> int:
-        return B_GLOBAL + PAGE_SIZE * B_RESULT_FEATURES
+        return self.browser_global + PAGE_SIZE * self.browser_result_features
 
     @property
     def state_dim(self) -> int:
@@ -324,6 +359,8 @@ class WebSearchConfig:
                 f"{self.strict_actions!r}"
             )
         self.strict_actions = bool(self.strict_actions)
+        if self.version not in VERSIONS:
+            raise ValueError(f"version must be one of {VERSIONS}, got {self.version!r}")
         if self.attributes_per_entity > self.n_attributes:
             raise ValueError(
                 f"attributes_per_entity={self.attributes_per_entity} must be <= "
@@ -349,22 +386,36 @@ class WebSearchConfig:
 
 
 def make_config(preset: str = "default", **kwargs: Any) -> WebSearchConfig:
-    """Preset values overridden by explicit keyword arguments, validated.
+    """Preset values overridden by explicit keyword arguments, validated (``websearch_v0``'s
+    arguments; :func:`make_versioned_config` for a later version).
 
     Raises ``ValueError`` for an unknown preset and ``ArgumentTypeError`` (a ``TypeError`` and
     a ``ValueError``) for an unknown argument.
     """
+    return make_versioned_config(0, preset, kwargs)
+
+
+def make_versioned_config(
+    version: int, preset: str = "default", kwargs: dict[str, Any] | None = None
+) -> WebSearchConfig:
+    """:func:`make_config` for env version ``version``: the arguments of later versions are
+    unknown to earlier ones, and a version's own arguments default to ``VERSION_ARGS``."""
+    if version not in VERSION_ARGS:
+        raise ValueError(f"version must be one of {sorted(VERSION_ARGS)}, got {version!r}")
+    kwargs = {} if kwargs is None else kwargs
     if not isinstance(preset, str) or preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; allowed: {sorted(PRESETS)}")
-    fields = {f.name for f in dataclasses.fields(WebSearchConfig)}
+    later = {name for v, args in VERSION_ARGS.items() if v > version for name in args}
+    fields = {f.name for f in dataclasses.fields(WebSearchConfig)} - later - {"version"}
     unknown = sorted(set(kwargs) - fields)
     if unknown:
         raise ArgumentTypeError(
-            f"unknown argument(s) {unknown} for websearch_v0; allowed: {sorted(fields)}"
+            f"unknown argument(s) {unknown} for websearch_v{version}; allowed: {sorted(fields)}"
         )
     values = dict(PRESETS[preset])
+    values.update(VERSION_ARGS[version])
     values.update(kwargs)
-    return WebSearchConfig(**values).validate()
+    return WebSearchConfig(**values, version=version).validate()
 
 
 # ============================================================================================
@@ -1174,6 +1225,7 @@ def _state_views(E, EF, DESC, QRY, DQ, RF, BR):
         RF[1],  # res_title
         RF[2],  # res_cover
         RF[3],  # res_overlap
+        RF[4],  # res_dmatch
         BR[0],  # page
         BR[1],  # open_doc
     )
@@ -1196,7 +1248,7 @@ def _reset_kernel(
     (target, desc_len, desc_ncons, solution_len, t, success, success_step, answers_left,
      n_wrong, harvest_len, query_len, query_owner, n_results, n_issued, n_distinct, n_opened,
      pages_opened, fresh, jac_sum, best_cover, desc_terms, desc_cons, solution, query,
-     draft_len, draft_rep, res_score, res_title, res_cover, res_overlap, page,
+     draft_len, draft_rep, res_score, res_title, res_cover, res_overlap, res_dmatch, page,
      open_doc) = views  # fmt: skip
     res_docs = work_i[:top_k]  # work arrays of _new_task
     res_hits = work_i[top_k : 2 * top_k]
@@ -1237,6 +1289,7 @@ def _reset_kernel(
         res_title[n, :] = 0.0
         res_cover[n, :] = 0.0
         res_overlap[n, :] = 0.0
+        res_dmatch[n, :] = 0.0
         log_len[n, :] = 0
         n_issued[n] = 0
         n_distinct[n] = 0
@@ -1253,14 +1306,15 @@ def _reset_kernel(
 
 @njit(cache=True, error_model="numpy", _nrt=False)
 def _issue(
-    n, q, rewards, weights, top_k, n_variants, scratch, hits, touched, res_hits,
+    n, q, rewards, weights, version, top_k, n_variants, scratch, hits, touched, res_hits,
     post_ptr, post_doc, post_w, concept_kind, dcon_ptr, dcon, doc_ptr, doc_terms,
-    target, desc_terms, harvest, desc_cons, desc_ncons, draft, draft_len, log, log_len,
-    n_issued, n_distinct, jac_sum, slot_usage, results, n_results, res_score, res_title,
-    res_cover, res_overlap, query, query_len, query_owner, page, surfaced, res_tcount,
+    target, desc_terms, desc_len, harvest, desc_cons, desc_ncons, draft, draft_len, log,
+    log_len, n_issued, n_distinct, jac_sum, slot_usage, results, n_results, res_score,
+    res_title, res_cover, res_overlap, res_dmatch, query, query_len, query_owner, page,
+    surfaced, res_tcount,
 ):  # fmt: skip
     """Querier q issues its draft in env n: logged (repeat penalty, diversity), searched, shown
-    on every browser's first page."""
+    on every browser's first page (v1: with each result's description match)."""
     length = draft_len[n, q]
     row = draft[n, q]
     repeat = False
@@ -1303,6 +1357,7 @@ def _issue(
         res_title[n, r] = 0.0
         res_cover[n, r] = 0.0
         res_overlap[n, r] = 0.0
+        res_dmatch[n, r] = 0.0
     for r in range(nr):
         d = results[n, r]
         hit, title_hit, title_n = _cover_counts(
@@ -1311,6 +1366,11 @@ def _issue(
         res_cover[n, r] = hit / desc_ncons[n]
         res_title[n, r] = title_hit / title_n if title_n > 0 else 0.0
         res_overlap[n, r] = res_hits[r] / length
+        if version >= 1:  # the description's words (as written) in the document
+            words = 0
+            for i in range(desc_len[n]):
+                words += _sorted_has(doc_terms, doc_ptr[d], doc_ptr[d + 1], desc_terms[n, i])
+            res_dmatch[n, r] = words / desc_len[n]
     query[n, :] = -1
     for i in range(length):
         query[n, i] = row[i]
@@ -1351,12 +1411,13 @@ def _harvest(
 
 @njit(cache=True, error_model="numpy", _nrt=False)
 def _step_kernel(
-    actions, active, weights, nq, qm, top_k, n_variants, max_cycles, scratch, hits, touched,
-    rewards, invalid, terminated, truncated, work_i, work_f,
+    actions, active, weights, version, nq, qm, top_k, n_variants, max_cycles, scratch, hits,
+    touched, rewards, invalid, terminated, truncated, work_i, work_f,
     CI, COFF, CF, CFOFF, E, EF, DESC, QRY, DQ, RF, BR, draft, draft_sim, harvest, slot_usage,
     results, log, log_len, opened, res_tcount, surfaced, wrong,
 ):  # fmt: skip
-    """One step of every active env (see 'Step order' in the module doc of websearch_v0)."""
+    """One step of every active env (see 'Step order' in the module doc of websearch_v1;
+    ``version`` >= 1: the reading reward and the skipped step costs of a failed episode)."""
     corpus = _corpus_views(CI, COFF, CF, CFOFF)
     (kind_start, concept_kind, concept_nforms, concept_term0, term_concept, term_hash, idf,
      df, entity_category, entity_brand, doc_entity, doc_aspect, doc_detail, doc_ptr,
@@ -1366,7 +1427,7 @@ def _step_kernel(
     (target, desc_len, desc_ncons, solution_len, t, success, success_step, answers_left,
      n_wrong, harvest_len, query_len, query_owner, n_results, n_issued, n_distinct, n_opened,
      pages_opened, fresh, jac_sum, best_cover, desc_terms, desc_cons, solution, query,
-     draft_len, draft_rep, res_score, res_title, res_cover, res_overlap, page,
+     draft_len, draft_rep, res_score, res_title, res_cover, res_overlap, res_dmatch, page,
      open_doc) = views  # fmt: skip
     n_envs, n_agents = actions.shape
     nb = n_agents - nq
@@ -1423,7 +1484,10 @@ def _step_kernel(
                     hit, _, _ = _cover_counts(
                         d, n, desc_cons, desc_ncons, concept_kind, dcon_ptr, dcon
                     )
-                    best_cover[n] = max(best_cover[n], hit / desc_ncons[n])
+                    cover = hit / desc_ncons[n]
+                    if version >= 1 and cover > best_cover[n]:  # reading: coverage gained
+                        rewards[1, a, n] += weights[W_READ] * (cover - best_cover[n])
+                    best_cover[n] = max(best_cover[n], cover)
             elif act == B_NEXT or act == B_PREV:  # noqa: SIM109 (numba)
                 page[n, b] += 1 if act == B_NEXT else -1
                 _surface(n, page[n, b], a, results, n_results, target, n_variants, surfaced,
@@ -1433,6 +1497,8 @@ def _step_kernel(
                 if d == target[n]:
                     success[n] = 1
                     success_step[n] = t[n] + 1
+                    if version >= 1:  # the browser that answers right
+                        rewards[1, a, n] += weights[W_ANSWER]
                     ended = True
                     break
                 wrong[n, n_wrong[n]] = d
@@ -1449,13 +1515,13 @@ def _step_kernel(
                 if acts[q] == Q_ISSUE:
                     issued = True
                     _issue(
-                        n, q, rewards, weights, top_k, n_variants, scratch, hits, touched,
-                        res_hits, post_ptr, post_doc, post_w, concept_kind, dcon_ptr, dcon,
-                        doc_ptr, doc_terms,
-                        target, desc_terms, harvest, desc_cons, desc_ncons, draft, draft_len,
-                        log, log_len, n_issued, n_distinct, jac_sum, slot_usage, results,
-                        n_results, res_score, res_title, res_cover, res_overlap, query,
-                        query_len, query_owner, page, surfaced, res_tcount,
+                        n, q, rewards, weights, version, top_k, n_variants, scratch, hits,
+                        touched, res_hits, post_ptr, post_doc, post_w, concept_kind, dcon_ptr,
+                        dcon, doc_ptr, doc_terms,
+                        target, desc_terms, desc_len, harvest, desc_cons, desc_ncons, draft,
+                        draft_len, log, log_len, n_issued, n_distinct, jac_sum, slot_usage,
+                        results, n_results, res_score, res_title, res_cover, res_overlap,
+                        res_dmatch, query, query_len, query_owner, page, surfaced, res_tcount,
                     )  # fmt: skip
         # 5. the last opened document's words become the harvested candidates; caches
         if opener_doc >= 0:
@@ -1477,16 +1543,22 @@ def _step_kernel(
             rewards[2, a, n] -= weights[W_STEP]
         terminated[n] = success[n] == 1 or answers_left[n] == 0
         truncated[n] = (not terminated[n]) and t[n] >= max_cycles
+        if version >= 1 and success[n] == 0 and answers_left[n] == 0:
+            # a failure that ends the episode costs the steps it skips (as running out of time)
+            skipped = max(max_cycles - t[n], 0)
+            for a in range(n_agents):
+                rewards[2, a, n] -= weights[W_STEP] * skipped
 
 
 @njit(cache=True, error_model="numpy", _nrt=False)
 def _observe_kernel(
-    envs, nq, qm, top_k, max_cycles, max_answers, idf_max, obs_q, obs_b, mask_q, mask_b, work_i,
-    work_f,
+    envs, version, nq, qm, top_k, max_cycles, max_answers, idf_max, obs_q, obs_b, mask_q, mask_b,
+    work_i, work_f,
     CI, COFF, CF, CFOFF, E, EF, DESC, QRY, DQ, RF, BR, draft, draft_sim, harvest, slot_usage,
     results, log, log_len, opened, res_tcount, surfaced, wrong,
 ):  # fmt: skip
-    """Observations and action masks of envs ``envs`` into rows ``envs`` of the buffers."""
+    """Observations and action masks of envs ``envs`` into rows ``envs`` of the buffers
+    (``version`` >= 1: the browsers' description-match features)."""
     corpus = _corpus_views(CI, COFF, CF, CFOFF)
     (kind_start, concept_kind, concept_nforms, concept_term0, term_concept, term_hash, idf,
      df, entity_category, entity_brand, doc_entity, doc_aspect, doc_detail, doc_ptr,
@@ -1496,11 +1568,13 @@ def _observe_kernel(
     (target, desc_len, desc_ncons, solution_len, t, success, success_step, answers_left,
      n_wrong, harvest_len, query_len, query_owner, n_results, n_issued, n_distinct, n_opened,
      pages_opened, fresh, jac_sum, best_cover, desc_terms, desc_cons, solution, query,
-     draft_len, draft_rep, res_score, res_title, res_cover, res_overlap, page,
+     draft_len, draft_rep, res_score, res_title, res_cover, res_overlap, res_dmatch, page,
      open_doc) = views  # fmt: skip
     nb = obs_b.shape[0]
     open_cover = work_f[:nb]
     open_title = work_f[nb : 2 * nb]
+    b_global = B_GLOBAL if version == 0 else B_GLOBAL_V1
+    b_features = B_RESULT_FEATURES if version == 0 else B_RESULT_FEATURES_V1
     for j in range(envs.shape[0]):
         n = envs[j]
         nr = n_results[n]
@@ -1629,12 +1703,20 @@ def _observe_kernel(
                         same_page += 1
                 out[14] = same_page / (nb - 1)
             out[15] = best_cover[n]
+            if version >= 1:
+                for r in range(nr):
+                    if opened[n, results[n, r]]:
+                        continue
+                    if r < p * PAGE_SIZE:
+                        out[16] = max(out[16], res_dmatch[n, r])
+                    elif r >= (p + 1) * PAGE_SIZE:
+                        out[17] = max(out[17], res_dmatch[n, r])
             for k in range(PAGE_SIZE):
                 r = p * PAGE_SIZE + k
                 if r >= nr:
                     break
                 d = results[n, r]
-                base = B_GLOBAL + k * B_RESULT_FEATURES
+                base = b_global + k * b_features
                 out[base] = 1.0
                 out[base + 1] = r / top_k
                 out[base + 2] = res_score[n, r] / top
@@ -1645,6 +1727,8 @@ def _observe_kernel(
                 for other in range(nb):
                     if other != b and open_doc[n, other] == d:
                         out[base + 7] = 1.0
+                if version >= 1:
+                    out[base + 8] = res_dmatch[n, r]
             mask = mask_b[b, n]
             mask[B_STAY] = 1
             for k in range(PAGE_SIZE):
@@ -1670,7 +1754,7 @@ def _state_kernel(
     (target, desc_len, desc_ncons, solution_len, t, success, success_step, answers_left,
      n_wrong, harvest_len, query_len, query_owner, n_results, n_issued, n_distinct, n_opened,
      pages_opened, fresh, jac_sum, best_cover, desc_terms, desc_cons, solution, query,
-     draft_len, draft_rep, res_score, res_title, res_cover, res_overlap, page,
+     draft_len, draft_rep, res_score, res_title, res_cover, res_overlap, res_dmatch, page,
      open_doc) = views  # fmt: skip
     nb = page.shape[1]
     per_querier = S_QUERIER_GLOBAL + S_SLOT_FEATURES * N_SLOTS
@@ -1817,7 +1901,7 @@ BUNDLES: dict[str, tuple[type, tuple[str, ...]]] = {
     "DESC": (np.int64, ("desc_terms", "desc_cons")),
     "QRY": (np.int64, ("solution", "query")),
     "DQ": (np.int64, ("draft_len", "draft_rep")),
-    "RF": (np.float64, ("res_score", "res_title", "res_cover", "res_overlap")),
+    "RF": (np.float64, ("res_score", "res_title", "res_cover", "res_overlap", "res_dmatch")),
     "BR": (np.int64, ("page", "open_doc")),
 }
 #: the episode arrays passed to the kernels on their own, after the bundles
@@ -1839,7 +1923,8 @@ class WebSearchCore:
     harvested terms ``harvest`` [N, HARVEST_SLOTS]; per candidate slot ``slot_usage`` (issued
     queries containing its term); per term ``res_tcount`` (results containing it);
     the query on screen ``query`` with ``query_len``, ``query_owner`` and its ``results``
-    [N, K] (``n_results``, ``res_score``, ``res_title``, ``res_cover``, ``res_overlap``); the
+    [N, K] (``n_results``, ``res_score``, ``res_title``, ``res_cover``, ``res_overlap``,
+    ``res_dmatch``: v1's description match, 0 in v0); the
     issued queries ``log`` [N, L, QM] with ``log_len``, ``n_issued``, ``n_distinct``,
     ``jac_sum`` (sum of pairwise Jaccard distances); ``opened`` [N, n_docs] with ``n_opened``,
     ``pages_opened``, ``best_cover``; per browser ``page``, ``open_doc``; ``surfaced``
@@ -1888,6 +1973,7 @@ class WebSearchCore:
         self.res_title = np.zeros((n, k), dtype=f64)
         self.res_cover = np.zeros((n, k), dtype=f64)
         self.res_overlap = np.zeros((n, k), dtype=f64)
+        self.res_dmatch = np.zeros((n, k), dtype=f64)
         cap = max(config.max_cycles * nq, 8)
         self.log = np.full((n, cap, qm), -1, dtype=i64)
         self.log_len = np.zeros((n, cap), dtype=i64)
@@ -1983,9 +2069,9 @@ class WebSearchCore:
         terminated = np.zeros(n, dtype=np.bool_)
         truncated = np.zeros(n, dtype=np.bool_)
         _step_kernel(
-            actions, active, self._weights, cfg.n_queriers, cfg.max_query_terms, cfg.top_k,
-            cfg.n_variants, cfg.max_cycles, self._scratch, self._hits, self._touched, rewards,
-            invalid, terminated, truncated, self._work_i, self._work_f, *self._args,
+            actions, active, self._weights, cfg.version, cfg.n_queriers, cfg.max_query_terms,
+            cfg.top_k, cfg.n_variants, cfg.max_cycles, self._scratch, self._hits, self._touched,
+            rewards, invalid, terminated, truncated, self._work_i, self._work_f, *self._args,
         )  # fmt: skip
         return rewards, invalid, terminated, truncated
 
@@ -2024,9 +2110,9 @@ class WebSearchCore:
         """Write observations/masks of ``envs`` into rows ``envs`` of ``buffers``."""
         cfg = self.config
         _observe_kernel(
-            np.asarray(envs, dtype=np.int64), cfg.n_queriers, cfg.max_query_terms, cfg.top_k,
-            cfg.max_cycles, cfg.max_answers, self.corpus.idf_max, *buffers, self._work_i,
-            self._work_f, *self._args,
+            np.asarray(envs, dtype=np.int64), cfg.version, cfg.n_queriers, cfg.max_query_terms,
+            cfg.top_k, cfg.max_cycles, cfg.max_answers, self.corpus.idf_max, *buffers,
+            self._work_i, self._work_f, *self._args,
         )  # fmt: skip
 
     def state(self, envs: np.ndarray | None = None) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Reference policies for ``websearch_v0`` and their evaluation on fixed seeds.
+"""Reference policies for ``websearch_v0`` and ``websearch_v1`` and their evaluation on fixed
+seeds (the policies read the core's arrays, which both versions share).
 
 * :class:`HeuristicPolicy` -- a scripted team that reads only what the agents observe (the
   description, idf, the result list's titles and coverage of opened documents, the harvested
@@ -30,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from envs import websearch_v0, websearch_v1
 from envs._websearch_core import (
     B_MARK,
     B_NEXT,
@@ -43,7 +45,7 @@ from envs._websearch_core import (
     Q_TOGGLE0,
     WebSearchCore,
 )
-from envs.websearch_v0 import WebSearchParallelEnv, WebSearchVectorEnv, vector_env
+from envs.websearch_v0 import WebSearchParallelEnv, WebSearchVectorEnv
 
 __all__ = ["HeuristicPolicy", "OraclePolicy", "RandomPolicy", "evaluate_policy"]
 
@@ -55,7 +57,9 @@ def _core_of(env: Any) -> WebSearchCore:
     inner = getattr(env, "unwrapped", env)
     if isinstance(inner, (WebSearchParallelEnv, WebSearchVectorEnv)):
         return inner._core
-    raise TypeError("expected a websearch_v0 parallel_env or vector_env, got " + type(env).__name__)
+    raise TypeError(
+        "expected a websearch_v0/v1 parallel_env or vector_env, got " + type(env).__name__
+    )
 
 
 def _to_env_format(env: Any, actions: np.ndarray) -> dict[str, Any]:
@@ -263,10 +267,11 @@ def evaluate_policy(
     seeds: Sequence[int] = tuple(range(64)),
     *,
     policy_seed: int = 0,
+    version: int = 0,
     **env_kwargs: Any,
 ) -> dict[str, float]:
-    """Run one episode per seed (env i reset with ``seeds[i]``) and average the metrics the
-    env reports at each episode's end.
+    """Run one episode per seed (env i reset with ``seeds[i]``) in ``websearch_v{version}``
+    and average the metrics the env reports at each episode's end.
 
     ``policy``: "heuristic", "random", "oracle" or a callable ``policy(obs, vec_env) ->
     actions``. Returns, as ``envs.baselines.evaluate_policy``, ``success_rate`` (mean of
@@ -287,7 +292,10 @@ def evaluate_policy(
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds must not be empty")
-    vec = vector_env(len(seeds), autoreset=False, **env_kwargs)
+    modules = {0: websearch_v0, 1: websearch_v1}
+    if version not in modules:
+        raise ValueError(f"version must be one of {sorted(modules)}, got {version!r}")
+    vec = modules[version].vector_env(len(seeds), autoreset=False, **env_kwargs)
     obs, _ = vec.reset(seed=seeds)
     final = {k: np.zeros(len(seeds)) for k in _EPISODE_KEYS}
     returns = np.zeros(len(seeds))

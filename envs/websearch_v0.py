@@ -322,7 +322,7 @@ from envs._websearch_core import (
     ArgumentTypeError,
     WebSearchConfig,
     WebSearchCore,
-    make_config,
+    make_versioned_config,
 )
 
 __all__ = [
@@ -430,7 +430,8 @@ def render_ansi(core: WebSearchCore, env: int = 0) -> str:
     target = int(core.target[n])
     metrics = {k: float(v[n]) for k, v in core.metrics().items()}
     lines = [
-        f"websearch_v0  t={int(core.t[n])}/{cfg.max_cycles}  success={int(core.success[n])}  "
+        f"websearch_v{cfg.version}  t={int(core.t[n])}/{cfg.max_cycles}  "
+        f"success={int(core.success[n])}  "
         f"answers_left={int(core.answers_left[n])}  queries={int(core.n_issued[n])} "
         f"(diversity {metrics['query_diversity']:.2f}, jaccard "
         f"{metrics['query_jaccard_diversity']:.2f})  opened={int(core.pages_opened[n])}",
@@ -553,9 +554,11 @@ class WebSearchParallelEnv(_SpacesAndLimits, ParallelEnv):
     """The PettingZoo Parallel env (one episode of the vectorised core). See the module doc."""
 
     metadata = METADATA
+    #: the env version (``websearch_v1`` subclasses with 1; the core switches on it)
+    version = 0
 
     def __init__(self, preset: str = "default", render_mode: str | None = None, **kwargs: Any):
-        self.config = make_config(preset, **kwargs)
+        self.config = make_versioned_config(self.version, preset, kwargs)
         _check_render_mode(render_mode)
         self.render_mode = render_mode
         self._core = WebSearchCore(self.config, 1)
@@ -704,6 +707,8 @@ class WebSearchVectorEnv(_SpacesAndLimits):
     """
 
     metadata = METADATA
+    #: the env version (``websearch_v1`` subclasses with 1; the core switches on it)
+    version = 0
 
     def __init__(
         self,
@@ -713,7 +718,7 @@ class WebSearchVectorEnv(_SpacesAndLimits):
         render_mode: str | None = None,
         **kwargs: Any,
     ) -> None:
-        self.config = make_config(preset, **kwargs)
+        self.config = make_versioned_config(self.version, preset, kwargs)
         if not isinstance(autoreset, (bool, np.bool_)):
             raise ArgumentTypeError(f"autoreset must be a bool, got {type(autoreset).__name__}")
         _check_render_mode(render_mode)

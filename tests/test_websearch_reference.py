@@ -1,8 +1,10 @@
-"""websearch_v0 against a slow, obviously-correct reference written from the module doc: a
-BM25 engine on plain dicts and the episode rules on sets and lists (float64), matched step by
-step over full episodes (observations, masks, rewards, flags, metrics, state). The reference
-takes the corpus's documents (bags of words) and each episode's task from the env after
-``reset``; corpus and task generation are checked by their documented properties."""
+"""websearch_v0 and websearch_v1 against a slow, obviously-correct reference written from the
+module docs: a BM25 engine on plain dicts and the episode rules on sets and lists (float64),
+matched step by step over full episodes (observations, masks, rewards, flags, metrics, state).
+The reference takes the corpus's documents (bags of words) and each episode's task from the env
+after ``reset``; corpus and task generation are checked by their documented properties. v1's
+additions (the browsers' description match, the reading and answer rewards, the skipped step
+costs of a failed episode) are written in the reference from v1's doc."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from envs import websearch_v0
+from envs import websearch_v0, websearch_v1
 from envs._websearch_core import (
     BM25_B,
     BM25_K1,
@@ -99,6 +101,7 @@ class ReferenceEpisode:
         cfg = core.config
         c = core.corpus
         self.cfg, self.c, self.eng = cfg, c, engine
+        self.version = cfg.version
         self.nq, self.nb = cfg.n_queriers, cfg.n_browsers
         self.target = int(core.target[0])
         self.desc = [int(t) for t in core.desc_terms[0, : core.desc_len[0]]]
@@ -128,6 +131,8 @@ class ReferenceEpisode:
         self.success = 0
         self.success_step = 0
         self.fresh = 10**9
+        self.n_read = 0  # v1 rules applied (the test checks that they were exercised)
+        self.n_skipped = 0
 
     # ---- helpers -------------------------------------------------------------------------
     def slots(self) -> list[int]:
@@ -141,6 +146,10 @@ class ReferenceEpisode:
         kinds = (KIND_CATEGORY, KIND_BRAND, KIND_MODEL)
         named = {x for x in self.concepts if self.c.concept_kind[x] in kinds}
         return len(named & self.doc_concepts[d]) / len(named) if named else 0.0
+
+    def desc_match(self, d: int) -> float:
+        """v1: the fraction of the description's words (as written) that document d contains."""
+        return sum(t in self.eng.bags[d] for t in self.desc) / len(self.desc)
 
     def relevant(self, d: int) -> bool:
         v = self.cfg.n_variants
@@ -205,6 +214,10 @@ class ReferenceEpisode:
                     rewards[2, a] -= cfg.penalty_reopen
                 else:
                     self.opened.add(d)
+                    gained = self.coverage(d) - self.best_cover
+                    if self.version >= 1 and gained > 0:  # v1: reading
+                        rewards[1, a] += cfg.reward_read * gained
+                        self.n_read += 1
                     self.best_cover = max(self.best_cover, self.coverage(d))
             elif act in (6, 7):
                 self.page[b] += 1 if act == 6 else -1
@@ -213,6 +226,8 @@ class ReferenceEpisode:
                 d = self.open_doc[b]
                 if d == self.target:
                     self.success, self.success_step, ended = 1, self.t + 1, True
+                    if self.version >= 1:  # v1: the right answer
+                        rewards[1, a] += cfg.reward_answer
                     break
                 self.wrong.append(d)
                 self.answers_left -= 1
@@ -245,6 +260,9 @@ class ReferenceEpisode:
         rewards[2, :] -= cfg.penalty_step
         terminated = bool(self.success) or self.answers_left == 0
         truncated = not terminated and self.t >= cfg.max_cycles
+        if self.version >= 1 and terminated and not self.success:  # v1: the skipped steps
+            rewards[2, :] -= cfg.penalty_step * max(cfg.max_cycles - self.t, 0)
+            self.n_skipped += self.t < cfg.max_cycles
         return rewards, invalid, terminated, truncated
 
     # ---- views ---------------------------------------------------------------------------
@@ -366,11 +384,20 @@ class ReferenceEpisode:
             sum(self.page[x] == p for x in others) / len(others) if others else 0.0,
             self.best_cover,
         ]
+        v1 = self.version >= 1
+        if v1:  # the best description match of the unopened results on earlier / later pages
+            unopened_match = [
+                (r, self.desc_match(d)) for r, d in enumerate(docs) if d not in self.opened
+            ]
+            out += [
+                max([x for r, x in unopened_match if r < p * PAGE_SIZE], default=0.0),
+                max([x for r, x in unopened_match if r >= (p + 1) * PAGE_SIZE], default=0.0),
+            ]
         query_len = len(self.query)
         for k in range(PAGE_SIZE):
             r = p * PAGE_SIZE + k
             if r >= len(docs):
-                out += [0.0] * 8
+                out += [0.0] * (9 if v1 else 8)
                 continue
             d, score = self.results[r]
             out += [
@@ -383,6 +410,8 @@ class ReferenceEpisode:
                 float(d == d_open),
                 float(any(self.open_doc[x] == d for x in others)),
             ]
+            if v1:
+                out.append(self.desc_match(d))
         mask = [1] + [int(p * PAGE_SIZE + k < len(docs)) for k in range(PAGE_SIZE)]
         mask += [int((p + 1) * PAGE_SIZE < len(docs)), int(p > 0)]
         mask.append(int(d_open >= 0 and d_open not in self.wrong))
@@ -497,9 +526,12 @@ def _check_same(env, ref: ReferenceEpisode, obs) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("module", [websearch_v0, websearch_v1], ids=["v0", "v1"])
 @pytest.mark.parametrize("kwargs", CONFIGS)
-def test_dynamics_match_reference_over_full_episodes(kwargs):
-    env = websearch_v0.parallel_env(**kwargs)
+def test_dynamics_match_reference_over_full_episodes(module, kwargs):
+    if module is websearch_v1:
+        kwargs = {**kwargs, "reward_read": 0.3}  # opt-in shaping (off by default): exercised
+    env = module.parallel_env(**kwargs)
     engine = ReferenceEngine(env._core.corpus)
     rng = np.random.default_rng(7)
     counts = dict(issue=0, open=0, page=0, mark=0, success=0, invalid=0, repeat=0, surface=0)
@@ -540,7 +572,11 @@ def test_dynamics_match_reference_over_full_episodes(kwargs):
             )
             counts["surface"] += int((want[1] > 0).sum())
         counts["success"] += ref.success
+        if module is websearch_v1:
+            counts["read"] = counts.get("read", 0) + ref.n_read
+            counts["skipped"] = counts.get("skipped", 0) + ref.n_skipped
     assert all(v > 0 for v in counts.values()), counts  # every rule was exercised
+    assert module is websearch_v0 or {"read", "skipped"} <= set(counts)
 
 
 def test_bm25_engine_matches_reference_on_many_queries():

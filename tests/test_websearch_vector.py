@@ -1,13 +1,13 @@
 """websearch_v0 vector_env: equivalence with parallel_env (env i <-> seed s + i) across
-auto-resets over many seeds, final_obs/final_state, autoreset=False freezing, seeding,
-full-episode determinism, the trainer contract's shapes."""
+auto-resets over many seeds (websearch_v1 too), final_obs/final_state, autoreset=False
+freezing, seeding, full-episode determinism, the trainer contract's shapes."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from envs import websearch_v0
+from envs import websearch_v0, websearch_v1
 
 KW_SHORT = dict(preset="easy", max_cycles=12, max_answers=2)
 
@@ -28,6 +28,7 @@ def _actions(rng, masks_by_agent):
     return out
 
 
+@pytest.mark.parametrize("module", [websearch_v0, websearch_v1], ids=["v0", "v1"])
 @pytest.mark.parametrize(
     "kwargs,n_envs,n_steps",
     [
@@ -36,10 +37,10 @@ def _actions(rng, masks_by_agent):
         (dict(preset="hard", max_cycles=10, max_answers=3), 24, 30),
     ],
 )
-def test_vector_equals_parallel_across_autoresets(kwargs, n_envs, n_steps):
+def test_vector_equals_parallel_across_autoresets(module, kwargs, n_envs, n_steps):
     seed = 1000
-    vec = websearch_v0.vector_env(n_envs, **kwargs)
-    pars = [websearch_v0.parallel_env(**kwargs) for _ in range(n_envs)]
+    vec = module.vector_env(n_envs, **kwargs)
+    pars = [module.parallel_env(**kwargs) for _ in range(n_envs)]
     v_obs, v_infos = vec.reset(seed=seed)
     p_obs = []
     for i, env in enumerate(pars):
