@@ -248,6 +248,8 @@ class Mamba(nn.Module):
         self.D = nn.Parameter(torch.ones(self.d_inner, device=device))
         self.D._no_weight_decay = True  # type: ignore[attr-defined]
         self.out_proj = nn.Linear(self.d_inner, d_model, bias=bias, **factory)
+        # (parameter data_ptrs, numpy views of the step kernel's parameters): see _step_views
+        self._step_views_cache: tuple[tuple[int, ...], tuple] | None = None
 
     # -- state -----------------------------------------------------------------------------
 
@@ -342,8 +344,21 @@ class Mamba(nn.Module):
             conv_state, ssm_state = _check_state(state, self._state_shapes(), batch)
         # in_proj, then the rest of the block but out_proj in one numba kernel on CPU (resets,
         # conv + SiLU, x_proj, softplus(dt_proj), state update, D skip, gate), then out_proj
+        xz = F.linear(x, self.in_proj.weight, self.in_proj.bias)
+        backend = _step_backend(self.backend, x)
+        same_dtype = conv_state.dtype == ssm_state.dtype == xz.dtype == x.dtype
+        if same_dtype and not torch.is_grad_enabled():
+            views = self._step_views(backend, x)
+            if views is not None:  # rollouts: mamba_step's numba twin on cached views
+                y, conv_state, ssm_state = numba_ops.mamba_step_numba_views(
+                    xz, conv_state, ssm_state, reset, views
+                )
+                return F.linear(y, self.out_proj.weight, self.out_proj.bias), (
+                    conv_state,
+                    ssm_state,
+                )
         y, conv_state, ssm_state = mamba_step(
-            F.linear(x, self.in_proj.weight, self.in_proj.bias),
+            xz,
             conv_state,
             ssm_state,
             reset,
@@ -352,9 +367,30 @@ class Mamba(nn.Module):
             (self.dt_proj.weight, self.dt_proj.bias),
             -torch.exp(self.A_log.to(x.dtype)),
             self.D,
-            backend=_step_backend(self.backend, x),
+            backend=backend,
         )
         return F.linear(y, self.out_proj.weight, self.out_proj.bias), (conv_state, ssm_state)
+
+    def _step_views(self, backend: str, x: Tensor) -> tuple | None:
+        """numpy views of the step kernel's parameters (``numba_ops.mamba_step_views``), or
+        None where :meth:`step` takes the general path (backend not numba for x, parameters not
+        contiguous CPU tensors of x's dtype). Views, not values: an in-place update of a
+        parameter (an optimizer step) is read by the next step as is; the cache is keyed on
+        the parameters' ``data_ptr`` (a replaced tensor, ``module.to(...)``, rebuilds it)."""
+        conv_w, conv_b = self.conv1d.weight, self.conv1d.bias
+        if conv_w.dtype != x.dtype or resolve_backend(backend, x.device, x.dtype) != "numba":
+            return None
+        params = (conv_w, conv_b, self.x_proj.weight, self.dt_proj.weight, self.dt_proj.bias)
+        params += (self.A_log, self.D)
+        key = tuple(0 if t is None else t.data_ptr() for t in params)
+        cached = self._step_views_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        views = numba_ops.mamba_step_views(
+            (conv_w, conv_b), params[2], (params[3], params[4]), self.A_log, self.D
+        )
+        self._step_views_cache = None if views is None else (key, views)
+        return views
 
 
 # --------------------------------------------------------------------------------------------

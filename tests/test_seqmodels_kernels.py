@@ -164,6 +164,76 @@ def test_mamba_step_numba_matches_its_twin(conv_bias, reset):
         torch.testing.assert_close(t, b, equal_nan=True, rtol=0, atol=0)
 
 
+def _mamba_step_twin(m: Mamba, x, state, reset):
+    """Mamba.step's readable composition: in_proj, ops.mamba_step_reference, out_proj."""
+    y, conv, ssm = ops.mamba_step_reference(
+        torch.nn.functional.linear(x, m.in_proj.weight, m.in_proj.bias), *state, reset,
+        (m.conv1d.weight, m.conv1d.bias), m.x_proj.weight, (m.dt_proj.weight, m.dt_proj.bias),
+        -torch.exp(m.A_log), m.D,
+    )  # fmt: skip
+    return torch.nn.functional.linear(y, m.out_proj.weight, m.out_proj.bias), (conv, ssm)
+
+
+@pytest.mark.parametrize(("dtype", "tol"), [(F64, 1e-12), (torch.float32, 2e-5)])
+def test_mamba_step_on_cached_views_matches_its_twin_across_resets(dtype, tol):
+    # Mamba.step's rollout path (numba kernel on cached parameter views, A from A_log in the
+    # kernel) against the readable composition, 12 steps with resets and NaN in reset rows
+    torch.manual_seed(0)
+    m = Mamba(16, d_state=4, backend="numba").to(dtype)
+    with torch.no_grad():
+        m.A_log.add_(0.3 * torch.randn_like(m.A_log))  # not the S4D init
+        m.D.add_(torch.randn_like(m.D))
+    B = 6
+    state = m.initial_state(B)
+    twin_state = state
+    with torch.no_grad():
+        for t in range(12):
+            x = torch.randn(B, 16, dtype=dtype)
+            reset = torch.rand(B) < 0.3 if t else None
+            if reset is not None and reset.any():
+                state = tuple(s.clone() for s in state)
+                for s in state:
+                    s[reset] = float("nan")
+            y, state = m.step(x, state, reset)
+            assert m._step_views_cache is not None  # the cached path ran
+            y_twin, twin_state = _mamba_step_twin(m, x, twin_state, reset)
+            torch.testing.assert_close(y, y_twin, rtol=tol, atol=tol)
+            for got, want in zip(state, twin_state, strict=True):
+                assert got.dtype == dtype
+                torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+
+
+def test_mamba_step_reads_parameters_updated_in_place_or_replaced():
+    # the cached views follow an optimizer step (in place) and a replaced tensor (module.to,
+    # .data = ...): each step uses the current weights
+    torch.manual_seed(1)
+    m = Mamba(16, d_state=4, backend="numba").double()
+    B = 4
+    x = torch.randn(B, 16, dtype=F64)
+    state = m.initial_state(B)
+    opt = torch.optim.Adam(m.parameters(), lr=0.05)
+    for _ in range(3):
+        with torch.no_grad():
+            y, _ = m.step(x, state)
+            torch.testing.assert_close(y, _mamba_step_twin(m, x, state, None)[0])
+        out, _ = m(x[:, None], state)
+        opt.zero_grad()
+        out.square().sum().backward()
+        opt.step()  # in place: every parameter moves
+        with torch.no_grad():
+            y_new, _ = m.step(x, state)
+        assert not torch.allclose(y_new, y)
+        torch.testing.assert_close(y_new, _mamba_step_twin(m, x, state, None)[0])
+    with torch.no_grad():
+        m.x_proj.weight.data = torch.randn_like(m.x_proj.weight)  # a new tensor
+        m.A_log.data = m.A_log.data * 0.5
+        y, _ = m.step(x, state)
+        torch.testing.assert_close(y, _mamba_step_twin(m, x, state, None)[0])
+        m.float()
+        y32, _ = m.step(x.float(), m.initial_state(B))
+        torch.testing.assert_close(y32.double(), y, rtol=1e-4, atol=1e-5)
+
+
 # ------------------------------------------------------------------------------------------
 # the whole Mamba block, the masked conv's two branches, the MLP runner
 # ------------------------------------------------------------------------------------------

@@ -1201,15 +1201,18 @@ def mamba_fused_bwd(
 
 
 @numba.njit(parallel=True, cache=True, fastmath=_FM)
-def mamba_step_fused(xz, conv_state, ssm_state, reset, conv_w, conv_b, W_x, W_dt, b_dt, A, Dv):
+def mamba_step_fused(
+    xz, conv_state, ssm_state, reset, conv_w, conv_b, W_x, W_dt, b_dt, A, Dv, a_is_log
+):
     """A whole Mamba step after in_proj (rollouts, no autograd): conv + SiLU, x_proj, dt_proj +
     softplus, state update, C . h + D skip, SiLU gate; the rows that reset start from zero
     states (replaced, not multiplied by 0).
 
     xz [B, 2 D] (in_proj output: x | z); conv_state [B, D, W], ssm_state [B, D, N]
     (mamba-ssm layouts); reset [B] bool; conv_w [D, W]; conv_b [D]; W_x [R + 2 N, D];
-    W_dt [D, R]; b_dt, Dv [D]; A [D, N]. Returns y [B, D] (out_proj's input), the new conv
-    state and the new SSM state.
+    W_dt [D, R]; b_dt, Dv [D]; A [D, N], or A_log [D, N] when a_is_log (A = -exp(A_log) is
+    then computed here: the caller may pass views of the parameters, nothing derived from
+    them). Returns y [B, D] (out_proj's input), the new conv state and the new SSM state.
 
     Same arithmetic, in the same order, as the training kernels (conv_silu_fwd's taps oldest
     first after the bias; mamba_fused_fwd's bias + dt_low . W_dt, softplus, fexp2 decays,
@@ -1229,7 +1232,8 @@ def mamba_step_fused(xz, conv_state, ssm_state, reset, conv_w, conv_b, W_x, W_dt
     a_scaled = np.empty((d_inner, d_state), dtype=dtype)
     for d in range(d_inner):
         for n in range(d_state):
-            a_scaled[d, n] = A[d, n] * exp_scale(A[d, n])
+            a = -math.exp(A[d, n]) if a_is_log else A[d, n]
+            a_scaled[d, n] = a * exp_scale(a)
     Wt = np.empty((rank, d_inner), dtype=dtype)
     for d in range(d_inner):
         for r in range(rank):

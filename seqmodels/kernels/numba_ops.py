@@ -20,6 +20,13 @@ fused (this module)                     readable twin
 ``mamba_block_numba``                   ``seqmodels.ops.mamba_block_reference``
 ======================================  =========================================================
 
+Besides them, ``seqmodels.Mamba.step``'s rollout entry (not in ``__all__``):
+``mamba_step_views`` (numpy views of a block's step parameters: no copies, nothing computed
+from them, so in-place optimizer updates are read as they happen; the module keys its cache on
+the parameters' ``data_ptr``) and ``mamba_step_numba_views`` (``mamba_step_numba``'s kernel on
+those views, A = -exp(A_log) computed in the kernel), tested through ``Mamba.step`` against
+the twin, after in-place and replaced parameter updates too.
+
 The sequence ops are ``torch.autograd.Function``s whose backward is its own kernel: the
 forward keeps only per-chunk checkpoint states (every ``NUMBA_CHECKPOINT_EVERY`` steps), the
 backward recomputes one chunk of states at a time and runs the reverse recurrence. The step ops
@@ -708,13 +715,55 @@ def mamba_step_numba(
         )
     ]  # fmt: skip
     with torch_thread_count():
-        y, new_conv, new_ssm = _jit().mamba_step_fused(*arrays[:3], flags, *arrays[3:])
-    new_conv, new_ssm = torch.from_numpy(new_conv), torch.from_numpy(new_ssm)
+        y, new_conv, new_ssm = _jit().mamba_step_fused(*arrays[:3], flags, *arrays[3:], False)
+    y, new_conv, new_ssm = (torch.from_numpy(t) for t in (y, new_conv, new_ssm))
     if new_conv.dtype != conv_state.dtype:
         new_conv = new_conv.to(conv_state.dtype)
     if new_ssm.dtype != ssm_state.dtype:
         new_ssm = new_ssm.to(ssm_state.dtype)
-    return torch.from_numpy(y), new_conv, new_ssm
+    return y, new_conv, new_ssm
+
+
+def mamba_step_views(
+    conv: tuple[Tensor, Tensor | None],
+    x_proj_weight: Tensor,
+    dt_proj: tuple[Tensor, Tensor],
+    A_log: Tensor,
+    D: Tensor,
+) -> tuple[Any, ...] | None:
+    """numpy views of a Mamba block's step parameters for :func:`mamba_step_numba_views` (no
+    copies, nothing computed from them: an in-place update of a parameter, such as an
+    optimizer step, is seen through the view; a parameter whose tensor is replaced has a new
+    ``data_ptr``, which the caller keys its cache on). None unless every parameter is a
+    contiguous CPU tensor of one floating dtype (the caller then takes the general path)."""
+    conv_w, conv_b = conv
+    params = [conv_w, x_proj_weight, *dt_proj, A_log, D]
+    if conv_b is not None:
+        params.append(conv_b)
+    dtype = params[0].dtype
+    if not dtype.is_floating_point or any(
+        t.device.type != "cpu" or t.dtype != dtype or not t.is_contiguous() for t in params
+    ):
+        return None
+    d_inner = conv_w.shape[0]
+    bias = np.zeros(d_inner, dtype=_np(conv_w).dtype) if conv_b is None else _np(conv_b)
+    w = _np(conv_w.view(d_inner, -1))
+    return (w, bias, *(_np(t) for t in (x_proj_weight, *dt_proj, A_log, D)))
+
+
+def mamba_step_numba_views(
+    xz: Tensor, conv_state: Tensor, ssm_state: Tensor, reset: Tensor | None, views: tuple
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`mamba_step_numba` with the parameters given as :func:`mamba_step_views` (A_log
+    in place of A: the kernel computes A = -exp(A_log)); the rollout path of
+    ``seqmodels.Mamba.step``, which keeps the views per parameter ``data_ptr``. xz and the
+    states must have the views' dtype."""
+    flags = np.zeros(xz.shape[0], dtype=np.bool_) if reset is None else _np(reset)
+    with torch_thread_count():
+        y, new_conv, new_ssm = _jit().mamba_step_fused(
+            _np(xz), _np(conv_state), _np(ssm_state), flags, *views, True
+        )
+    return torch.from_numpy(y), torch.from_numpy(new_conv), torch.from_numpy(new_ssm)
 
 
 def ssd_state_update_numba(
