@@ -243,3 +243,16 @@ def test_position_and_chunk_keys_count_within_the_loss_window_hand_example():
     mean = np.array([3.5, 3.5, 5.5, 5.5, 3.5, 3.5, 5.5, 5.5])
     want = (np.arange(1, 9) - mean) / (std + 1e-8)
     np.testing.assert_allclose(by_chunk.flatten().numpy(), want, rtol=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("backbone", "channel"),
+    [("mlp", "individual"), ("gru", "individual"), ("mamba", "none"), ("mamba2", "none")],
+)
+def test_penalty_channel_default_follows_the_backbone(backbone: str, channel: str) -> None:
+    from marl.run.config import parse_cli
+
+    assert parse_cli([f"--backbone={backbone}"]).penalty_channel == channel
+    assert parse_cli(["--algo=grpo", f"--backbone={backbone}"]).penalty_channel == channel
+    explicit = parse_cli([f"--backbone={backbone}", "--penalty-channel=individual"])
+    assert explicit.penalty_channel == "individual"  # a set value is kept

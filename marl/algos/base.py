@@ -38,6 +38,14 @@ DEMO_MAX_TIME = 180.0
 BACKBONES = ("mlp", "gru", "mamba", "mamba2")
 ACTIVATIONS = ("tanh", "relu")
 PENALTY_CHANNELS = ("individual", "none")
+#: The penalty channel of each backbone when ``penalty_channel`` is None (the long-episode
+#: default of mamba / mamba2: dropped; see the field's help).
+PENALTY_CHANNEL_DEFAULTS = {
+    "mlp": "individual",
+    "gru": "individual",
+    "mamba": "none",
+    "mamba2": "none",
+}
 PENALTY_SCHEDULES = ("none", "constant", "linear")
 LR_SCHEDULES = ("constant", "linear")
 DEVICES = ("cpu", "cuda", "auto")
@@ -212,10 +220,14 @@ class BaseConfig:
     chunk_size: int = _f(64, "Chunk size for the 'chunk' scheme (positions per chunk).")
     running_momentum: float = _f(0.99, "EMA momentum for 'running_ema'.")
     adv_clip: float | None = _f(None, "Symmetric clip of whitened advantages (None: off).")
-    penalty_channel: str = _f(
-        "individual",
+    penalty_channel: str | None = _f(
+        None,
         "Where the penalty reward goes when penalty shaping is off: added to the individual "
-        "channel or dropped ('none').",
+        "channel or dropped ('none'). None: the backbone's default (mamba/mamba2 none, "
+        "mlp/gru individual), resolved when the config is built and saved so in config.yaml. "
+        "mamba/mamba2 drop it (long-episode default): on the memory preset the revisit cost "
+        "made standing still the safest action, and policies collapsed onto it "
+        "(BENCHMARKS.md, sequence backbones).",
         choices=PENALTY_CHANNELS,
     )
     penalty_beta_schedule: str = _f(
@@ -245,6 +257,11 @@ class BaseConfig:
     )
 
     # ---- derived ---------------------------------------------------------------------------
+    def __post_init__(self) -> None:
+        """Resolve per-backbone defaults of fields left None (:data:`PENALTY_CHANNEL_DEFAULTS`)."""
+        if self.penalty_channel is None:
+            self.penalty_channel = PENALTY_CHANNEL_DEFAULTS.get(self.backbone, "individual")
+
     @property
     def is_recurrent(self) -> bool:
         """Whether the actor backbone carries state (derived from ``backbone``)."""

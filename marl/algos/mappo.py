@@ -149,6 +149,7 @@ class MAPPOConfig(BaseConfig):
     def __post_init__(self) -> None:
         """Resolve the per-backbone defaults (:data:`BACKBONE_DEFAULTS`) of the rollout and
         window fields left None; the resolved values are the config's (and config.yaml's)."""
+        super().__post_init__()
         defaults = BACKBONE_DEFAULTS.get(self.backbone, BACKBONE_DEFAULTS["mlp"])
         for name, value in defaults.items():
             if getattr(self, name) is None:
