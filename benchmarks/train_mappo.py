@@ -57,6 +57,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from marl.run.numba_pool import size_numba_pool  # noqa: E402  (imports neither numba nor torch)
+
 
 def _random_allowed(obs, agents, rng):
     out = {}
@@ -442,7 +444,7 @@ def main() -> None:
     lp.add_argument("extra", nargs="*", help="extra train flags after --")
     args = p.parse_args()
     # numba's pool sized before anything imports numba (see the module docstring)
-    os.environ.setdefault("NUMBA_NUM_THREADS", str(getattr(args, "threads", 1)))
+    size_numba_pool([f"--torch-threads={getattr(args, 'threads', 1)}"])
     if args.cmd == "memory":
         (_memory_child if args.child else memory)(args)
         return

@@ -74,7 +74,8 @@ _f = config_field
 
 
 #: Per-backbone values of the rollout and window fields that are None in a config (the
-#: user did not set them), resolved in :meth:`MAPPOConfig.__post_init__`: the one place. mlp
+#: user did not set them), resolved in :meth:`MAPPOConfig.__post_init__` (the penalty
+#: channel's per-backbone default, shared with GRPO, is ``base.PENALTY_CHANNEL_DEFAULTS``). mlp
 #: and gru keep the values the published task-ladder calibration used. mamba/mamba2: longer
 #: windows and rollouts (``benchmarks/train_mappo.py backbones``): a Mamba block's update
 #: cost per token falls with the window (one scan kernel call per window and fewer units per
