@@ -67,6 +67,36 @@ def test_single_process_context_is_disabled_and_helpers_are_identity(monkeypatch
     D.shutdown(ctx)
 
 
+def test_liveness_exit_joins_the_heartbeat_thread(monkeypatch):
+    """mark_exit returns only after the heartbeat thread ended, even when a beat is inside a
+    slow store call: a daemon thread left in a store call at interpreter exit aborts the
+    process (seen once as SIGABRT on a torchrun resume)."""
+    import threading
+    import time
+
+    in_set = threading.Event()
+
+    class SlowStore:
+        def __init__(self) -> None:
+            self.keys: list[str] = []
+
+        def set(self, key: str, value: str) -> None:
+            if "heartbeat" in key and self.keys:
+                in_set.set()
+                time.sleep(0.3)
+            self.keys.append(key)
+
+    store = SlowStore()
+    monkeypatch.setattr(D, "_default_store", lambda: store)
+    monkeypatch.setattr(D, "_HEARTBEAT_INTERVAL_S", 0.01)
+    live = D._Liveness(D.DistContext(enabled=True, rank=1, world_size=2))
+    live.start()
+    assert in_set.wait(5.0), "the heartbeat thread never beat"
+    live.mark_exit("test")
+    assert live.thread is not None and not live.thread.is_alive()
+    assert store.keys[-1].endswith("/exit/1")
+
+
 def test_seed_offset_distinct_per_rank():
     offsets = [D.DistContext(enabled=True, rank=r, world_size=4).seed_offset(3) for r in range(4)]
     assert offsets == [3 + r * D.RANK_SEED_STRIDE for r in range(4)]

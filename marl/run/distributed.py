@@ -247,6 +247,12 @@ class _Liveness:
             return
         self.exited = True
         self.stop_event.set()
+        # Join the heartbeat before the store or the interpreter goes away: a daemon thread
+        # caught inside a store call (GIL released) when Python finalises is killed as it
+        # takes the GIL back, and that forced unwind through C++ aborts the process
+        # ("terminate called without an active exception").
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(timeout=_HEARTBEAT_INTERVAL_S + 5.0)
         with contextlib.suppress(Exception):
             self.store.set(f"{_KEY_PREFIX}/exit/{self.ctx.rank}", how)
 
