@@ -24,6 +24,7 @@ Buffer shapes (T steps, E envs, n_k agents of type k, N agents, S state size, K 
 from __future__ import annotations
 
 import pickle
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -257,6 +258,20 @@ class RolloutCollector:
         self.episode_start = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
         self.policy_state = policy.initial_state(self.num_envs)
         self.tracker = EpisodeTracker(self.num_envs, layout.n_agents)
+        # the torch buffers of the last rollout collected with ``reuse_buffers`` and that
+        # batch (weakly): reused by the next such rollout once the batch is gone
+        self._buffers: dict[str, Tensor] = {}
+        self._buffers_batch: weakref.ref[RolloutBatch] | None = None
+
+    def _buffer(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, reuse: bool) -> Tensor:
+        """An uninitialised ``shape`` tensor: the previous rollout's when ``reuse`` allows."""
+        old = self._buffers.get(name) if reuse else None
+        if old is not None and tuple(old.shape) == shape and old.dtype == dtype:
+            return old
+        buf = torch.empty(shape, dtype=dtype, device=self.device)
+        if reuse:
+            self._buffers[name] = buf
+        return buf
 
     @torch.no_grad()
     def collect(
@@ -267,24 +282,41 @@ class RolloutCollector:
         window_state_steps: Sequence[int] = (),
         store_state: bool = False,
         before_values: Callable[[], Any] | None = None,
+        reuse_buffers: bool = False,
     ) -> RolloutBatch:
         """Collect ``num_steps`` steps from every env (autoreset env, episodes continue).
 
         ``before_values``: called after the last env step, before ``value_fn`` (MAPPO waits
-        there for value epochs that ran alongside the env steps)."""
+        there for value epochs that ran alongside the env steps).
+
+        ``reuse_buffers``: write into the tensors of the previous rollout collected with it
+        (observations, masks, actions, log-probs, episode starts, states) once that batch
+        object has been dropped; the trainer's loop uses it, since fresh buffers of long
+        rollouts are paged in anew each time (a T=128 rollout of the memory preset's 2314-wide
+        states is 76 MB). A batch still referenced is never overwritten; tensors taken out of
+        a batch (``s = batch.state; del batch``) are not protected: ``.clone()`` them."""
         T, E, N = num_steps, self.num_envs, self.layout.n_agents
         dev = self.device
         agents = self.layout.agents
         types = self.layout.types
-        obs_buf = {t.name: torch.empty(T, E, t.n_agents, t.obs_dim, device=dev) for t in types}
+        reuse = reuse_buffers and (self._buffers_batch is None or self._buffers_batch() is None)
+        f32, i64 = torch.float32, torch.long
+        obs_buf = {
+            t.name: self._buffer(f"obs/{t.name}", (T, E, t.n_agents, t.obs_dim), f32, reuse)
+            for t in types
+        }
         mask_buf = {
-            t.name: torch.empty(T, E, t.n_agents, t.n_actions, dtype=torch.bool, device=dev)
+            t.name: self._buffer(
+                f"mask/{t.name}", (T, E, t.n_agents, t.n_actions), torch.bool, reuse
+            )
             for t in types
         }
         act_buf = {
-            t.name: torch.empty(T, E, t.n_agents, dtype=torch.long, device=dev) for t in types
+            t.name: self._buffer(f"act/{t.name}", (T, E, t.n_agents), i64, reuse) for t in types
         }
-        logp_buf = {t.name: torch.empty(T, E, t.n_agents, device=dev) for t in types}
+        logp_buf = {
+            t.name: self._buffer(f"logp/{t.name}", (T, E, t.n_agents), f32, reuse) for t in types
+        }
         r_team = np.zeros((T, E), np.float32)
         r_ind = np.zeros((T, E, N), np.float32)
         r_pen = np.zeros((T, E, N), np.float32)
@@ -292,7 +324,7 @@ class RolloutCollector:
         any_left = False
         term = np.zeros((T, E), bool)
         trunc = np.zeros((T, E), bool)
-        starts = torch.empty(T, E, dtype=torch.bool, device=dev)
+        starts = self._buffer("starts", (T, E), torch.bool, reuse)
         need_state = store_state or value_fn is not None
         state_buf = None
         vt = vi = nvt = nvi = None
@@ -336,7 +368,9 @@ class RolloutCollector:
                 if state_buf is None:
                     # the states of every step and, in the last E rows, the state after the
                     # last step: the values' input without a concatenation
-                    state_all = torch.empty((T + 1) * E, cur_state.shape[-1], device=dev)
+                    state_all = self._buffer(
+                        "state", ((T + 1) * E, cur_state.shape[-1]), f32, reuse
+                    )
                     state_buf = state_all[: T * E].view(T, E, -1)
                 state_buf[step] = cur_state
             self.obs, rewards, terms, truncs, infos = self.vec.step(
@@ -393,7 +427,7 @@ class RolloutCollector:
             cont = torch.from_numpy(~(term | trunc)).to(dev)
             nvt = torch.where(cont[..., None], follow_team, nvt)
             nvi = torch.where(cont[..., None, None], follow_ind, nvi)
-        return RolloutBatch(
+        batch = RolloutBatch(
             obs=obs_buf,
             mask=mask_buf,
             actions=act_buf,
@@ -414,6 +448,9 @@ class RolloutCollector:
             window_states=window_states,
             episodes=episodes,
         )
+        if reuse:
+            self._buffers_batch = weakref.ref(batch)
+        return batch
 
     # -- checkpointing ------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -310,7 +310,7 @@ class MAPPO(Algorithm):
     def iteration(self, progress: float) -> dict[str, float]:
         """Collect one rollout of ``T x E`` env steps and update on it; returns its metrics."""
         t0 = time.perf_counter()
-        batch = self.collect()
+        batch = self.collect(reuse_buffers=True)  # dropped before the next iteration's
         t_collect = time.perf_counter() - t0
         metrics = self.update(batch, progress)
         metrics["time/collect_s"] = t_collect
@@ -318,14 +318,16 @@ class MAPPO(Algorithm):
         metrics["env_steps_delta"] = float(batch.num_steps * batch.num_envs)
         return metrics
 
-    def collect(self) -> RolloutBatch:
-        """One rollout with the critic's values of every state (normalised space)."""
+    def collect(self, *, reuse_buffers: bool = False) -> RolloutBatch:
+        """One rollout with the critic's values of every state (normalised space);
+        ``reuse_buffers``: see :meth:`RolloutCollector.collect`."""
         self.policy.eval()
         try:
             return self.collector.collect(
                 self.cfg.rollout_steps,
                 value_fn=self.values,
                 window_state_steps=self.window_starts,
+                reuse_buffers=reuse_buffers,
             )
         finally:
             self.policy.train()
