@@ -72,7 +72,8 @@ if os.environ.get("FAKE_TRAIN_BLOCK") == key and not resume:
 with open(os.path.join(run_dir, "eval.json"), "w") as fh:
     json.dump({"success_rate": success, "solved_rate": success / 2,
                "mean_return": 10 * success, "coverage": 0.5, "episode_length": 100.0,
-               "n_episodes": 4, "seeds": [1, 2]}, fh)
+               "n_episodes": 4, "seeds": [1, 2],
+               "search_diversity": 0.4 + (0.1 if opts.get("recipe") == "calibrated" else 0)}, fh)
 """
 
 
@@ -385,6 +386,16 @@ def test_calibration_study_reports_the_seed_claim(tmp_path, fake_train, monkeypa
     assert "## The seed's claim" in report
     assert "calibrated − baseline = +10.0 percentage points" in report
     assert "+36% relative to the baseline's mean" in report
+    # a descriptive figure the runs report: aggregated and compared, no verdict; figures no run
+    # reports (websearch's query diversity) are left out without a note
+    assert s["metrics"]["search_diversity"]["descriptive"] is True
+    assert s["metrics"]["success_rate"]["descriptive"] is False
+    div = s["probability_of_improvement"]["calibrated"]["search_diversity"]
+    assert div["mean_difference"]["value"] == pytest.approx(0.1) and div["value"] == 1.0
+    assert not any("diversity" in v for v in s["verdicts"])
+    assert "query_diversity" not in s["metrics"]
+    assert not any("query_diversity" in w for w in s["warnings"])
+    assert "P(higher than baseline)" in report and "Descriptive: no verdict" in report
 
 
 # ------------------------------------------------------------------------------------------

@@ -14,7 +14,10 @@
   statistics over training, before and after whitening, per agent type).
 
 summary.json layout (metric names: ``success_rate``, ``solved_rate``, ``mean_return`` from
-eval.json, ``auc_success`` from metrics.jsonl)::
+eval.json, ``auc_success`` from metrics.jsonl; and, where runs report them, the descriptive
+``search_diversity``, ``eval_entropy``, ``steps_to_success``, ``query_diversity``,
+``query_jaccard_diversity`` from eval.json, whose ``metrics`` entry says
+``"descriptive": true`` and which get no verdict)::
 
     {"reference": "baseline", "seeds": [0, 1, ...], "budget": {...}, "bootstrap": {...},
      "variants": {NAME: {"args": [...], "n_finished", "n_failed", "n_missing",
@@ -54,7 +57,14 @@ from marl.experiments import stats
 if TYPE_CHECKING:
     from marl.experiments.compare import CompareSpec
 
-__all__ = ["METRICS", "build_summary", "write_all", "write_report", "make_plots"]
+__all__ = [
+    "METRICS",
+    "DESCRIPTIVE_METRICS",
+    "build_summary",
+    "write_all",
+    "write_report",
+    "make_plots",
+]
 
 #: Per-run scores aggregated across seeds: name -> (source, key, label).
 #: source "eval": a field of eval.json; "auc": normalised area under a metrics.jsonl curve.
@@ -65,9 +75,37 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "auc_success": ("auc", "episode/success", "area under the success curve"),
 }
 
-#: metrics.jsonl curves shown as learning curves (training episodes, and the validation
-#: success logged every ``eval_every`` updates when the runs log it).
-CURVE_KEYS = ("episode/success", "episode/return", "eval/success_rate")
+#: Descriptive per-run figures (eval.json fields), aggregated like METRICS when any run
+#: reports them (left out silently otherwise: each belongs to some environments only), with
+#: P(X > reference) and the difference to the reference but no verdict: higher is not better
+#: by itself (more diverse search, fewer steps to success).
+DESCRIPTIVE_METRICS: dict[str, tuple[str, str, str]] = {
+    "search_diversity": (
+        "eval",
+        "search_diversity",
+        "search diversity (mean pairwise Jaccard distance between visited-cell sets)",
+    ),
+    "eval_entropy": ("eval", "entropy", "policy entropy per step on validation episodes"),
+    "steps_to_success": ("eval", "steps_to_success", "steps to success"),
+    "query_diversity": ("eval", "query_diversity", "query diversity (distinct / issued)"),
+    "query_jaccard_diversity": (
+        "eval",
+        "query_jaccard_diversity",
+        "query diversity (mean pairwise Jaccard distance between queries)",
+    ),
+}
+
+_ALL_METRICS = {**METRICS, **DESCRIPTIVE_METRICS}
+
+#: metrics.jsonl curves shown as learning curves (training episodes, the policy's entropy per
+#: update, and the validation figures logged every ``eval_every`` updates when runs log them).
+CURVE_KEYS = (
+    "episode/success",
+    "episode/return",
+    "eval/success_rate",
+    "entropy",
+    "eval/search_diversity",
+)
 
 ADV_STATS = ("mean", "std", "pos_frac", "pos_mean", "neg_mean")
 PACKAGES = (
@@ -132,7 +170,7 @@ def environment_info() -> dict[str, Any]:
 # summary
 # ------------------------------------------------------------------------------------------
 def _run_score(run: stats.RunData, metric: str) -> float | None:
-    source, key, _ = METRICS[metric]
+    source, key, _ = _ALL_METRICS[metric]
     if source == "eval":
         value = (run.eval or {}).get(key)
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -243,21 +281,22 @@ def build_summary(
     if unreported:
         names = ", ".join(repr(METRICS[m][1]) for m in unreported)
         warnings.append(f"no run reports {names} (the environment does not): left out")
+    reported = [m for m in METRICS if m not in unreported] + [
+        m for m in DESCRIPTIVE_METRICS if any(_run_score(r, m) is not None for r in all_runs)
+    ]
     variants: dict[str, Any] = {}
     scores: dict[str, dict[str, list[float]]] = {}
     for v in spec.variants:
         runs = loaded[v.name]
         per_metric: dict[str, Any] = {}
         scores[v.name] = {}
-        for metric in METRICS:
-            if metric in unreported:
-                continue
+        for metric in reported:
             values = [_run_score(r, metric) for r in runs]
             present = [x for x in values if x is not None]
             if len(present) < len(values):
                 warnings.append(
                     f"{v.name}: {len(values) - len(present)} finished run(s) lack "
-                    f"{METRICS[metric][1]!r}; left out of {metric}"
+                    f"{_ALL_METRICS[metric][1]!r}; left out of {metric}"
                 )
             scores[v.name][metric] = present
             est = stats.interval_estimates(
@@ -326,9 +365,7 @@ def build_summary(
         if v.name == ref:
             continue
         improvement[v.name] = {}
-        for metric in METRICS:
-            if metric in unreported:
-                continue
+        for metric in reported:
             poi = stats.probability_of_improvement(
                 scores[v.name][metric],
                 scores[ref][metric],
@@ -344,9 +381,10 @@ def build_summary(
                 confidence=confidence,
             )
             improvement[v.name][metric] = poi
-            sentences.append(
-                stats.verdict(v.name, ref, METRICS[metric][2], poi, confidence=confidence)
-            )
+            if metric in METRICS:
+                sentences.append(
+                    stats.verdict(v.name, ref, METRICS[metric][2], poi, confidence=confidence)
+                )
     for name, entry in variants.items():
         entry["probability_of_improvement"] = improvement.get(name)  # None for the reference
 
@@ -373,9 +411,13 @@ def build_summary(
         },
         "entropy_threshold": entropy_threshold,
         "metrics": {
-            k: {"source": s, "key": key, "label": lab}
-            for k, (s, key, lab) in METRICS.items()
-            if k not in unreported
+            k: {
+                "source": _ALL_METRICS[k][0],
+                "key": _ALL_METRICS[k][1],
+                "label": _ALL_METRICS[k][2],
+                "descriptive": k in DESCRIPTIVE_METRICS,
+            }
+            for k in reported
         },
         "variants": variants,
         "probability_of_improvement": improvement,
@@ -510,9 +552,13 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
             else f"step-weighted mean of `{meta['key']}` over training (metrics.jsonl)"
         )
         lines += [f"### {meta['label']} ({source})", ""]
+        compare = f"P(improvement over {s['reference']})"
+        if meta.get("descriptive"):
+            lines += ["Descriptive: no verdict (higher is not better by itself).", ""]
+            compare = f"P(higher than {s['reference']})"
         lines += [
             f"| variant | n | IQM [{conf} CI] | mean [{conf} CI] | per seed | "
-            f"P(improvement over {s['reference']}) | mean − {s['reference']} (relative) |",
+            f"{compare} | mean − {s['reference']} (relative) |",
             "|---|---|---|---|---|---|---|",
         ]
         for name, v in s["variants"].items():
@@ -665,8 +711,12 @@ def make_plots(summary: Mapping[str, Any], out: str) -> list[str]:
     # learning curves with CI bands
     keys = [k for k in CURVE_KEYS if any(k in v["curves"] for v in summary["variants"].values())]
     if keys:
-        fig, axes = plt.subplots(1, len(keys), figsize=(6 * len(keys), 4), squeeze=False)
-        for ax, key in zip(axes[0], keys, strict=True):
+        ncols = min(3, len(keys))
+        nrows = -(-len(keys) // ncols)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(6 * ncols, 4 * nrows), squeeze=False)
+        for ax in axes.flat[len(keys) :]:
+            ax.set_visible(False)
+        for ax, key in zip(axes.flat, keys, strict=False):
             for name in names:
                 c = summary["variants"][name]["curves"].get(key)
                 if c is None:
