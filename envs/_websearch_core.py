@@ -1,5 +1,5 @@
-"""The one vectorised core of ``websearch_v0`` and ``websearch_v1``: configuration, presets, the
-corpus with its BM25 index, task generation and the dynamics.
+"""The one vectorised core of ``websearch_v0``, ``websearch_v1`` and ``websearch_v2``:
+configuration, presets, the corpus with its BM25 index, task generation and the dynamics.
 
 Everything that decides what happens lives here, once:
 
@@ -11,15 +11,17 @@ Everything that decides what happens lives here, once:
   cached).
 
 ``parallel_env`` is the ``num_envs=1`` view of this core and ``vector_env`` the batched view, so
-the two cannot drift apart. See ``envs/websearch_v1.py`` (and ``envs/websearch_v0.py``) for the
-user documentation.
+the two cannot drift apart. See ``envs/websearch_v0.py`` for the user documentation, and
+``envs/websearch_v1.py``, ``envs/websearch_v2.py`` for what each later version changes.
 
 Versions: ``WebSearchConfig.version`` (set by the env module, not a user argument) switches the
 few rules that differ, inside these kernels (one copy of the dynamics): v1 adds the browsers'
 description-match observations (``B_GLOBAL_V1``, ``B_RESULT_FEATURES_V1``), the individual
 rewards for reading (``reward_read``: coverage of the description gained by an opened document)
 and for the right answer (``reward_answer``, to the browser that marks the target), and charges
-the step costs a failed episode skips (a wrong answer that ends it).
+the step costs a failed episode skips (a wrong answer that ends it); v2 adds one browser
+feature, "my open document covers the description" (``B_GLOBAL_V2``: 1.0 exactly when the
+browser's open document is the target), before the per-result features.
 
 Conventions: agents are ordered queriers first, then browsers. Querier actions: ``0`` stay,
 ``1`` issue the draft, ``2`` clear the draft, ``3 + j`` toggle candidate slot ``j`` (slots
@@ -105,7 +107,9 @@ B_RESULT_FEATURES = 8
 # the fraction of the description's words it contains
 B_GLOBAL_V1 = B_GLOBAL + 2
 B_RESULT_FEATURES_V1 = B_RESULT_FEATURES + 1
-VERSIONS = (0, 1)
+# v2: + my open document covers the description (binary: it is the target)
+B_GLOBAL_V2 = B_GLOBAL_V1 + 1
+VERSIONS = (0, 1, 2)
 S_GLOBAL = 11
 S_RESULT_FEATURES = 6
 S_BROWSER_FEATURES = 5
@@ -127,8 +131,13 @@ REWARD_WEIGHT_NAMES = (
 )
 (W_FOUND, W_EARLY, W_SURFACE, W_STEP, W_REPEAT, W_REOPEN, W_WRONG, W_INVALID, W_READ,
  W_ANSWER) = range(10)  # fmt: skip
-#: arguments that only later versions have, with their defaults there: version -> {name: value}
-VERSION_ARGS: dict[int, dict[str, Any]] = {0: {}, 1: {"reward_read": 0.0, "reward_answer": 0.5}}
+#: the arguments each version introduces, with their defaults: version -> {name: value}; a
+#: version has its own and every earlier version's, and none of a later one's
+VERSION_ARGS: dict[int, dict[str, Any]] = {
+    0: {},
+    1: {"reward_read": 0.0, "reward_answer": 0.5},
+    2: {},
+}
 
 CORPUS_FIELDS = (
     "n_entities",
@@ -200,9 +209,23 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+@njit(cache=True, error_model="numpy", _nrt=False)
+def _browser_global(version: int) -> int:
+    """The number of global browser features before the per-result ones, in ``version``."""
+    if version == 0:
+        return B_GLOBAL
+    return B_GLOBAL_V1 if version == 1 else B_GLOBAL_V2
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def _browser_result_features(version: int) -> int:
+    """The number of browser features per result, in ``version``."""
+    return B_RESULT_FEATURES if version == 0 else B_RESULT_FEATURES_V1
+
+
 @dataclasses.dataclass
 class WebSearchConfig:
-    """All arguments of ``websearch_v0`` / ``websearch_v1`` (defaults: the ``default`` preset).
+    """All arguments of ``websearch_v0`` / ``v1`` / ``v2`` (defaults: the ``default`` preset).
 
     ``version`` is the env module's version (not a user argument; set by
     ``make_versioned_config``); ``reward_read`` and ``reward_answer`` exist from v1 on (0 and
@@ -277,12 +300,12 @@ class WebSearchConfig:
     @property
     def browser_global(self) -> int:
         """Global browser features before the per-result ones (version dependent)."""
-        return B_GLOBAL if self.version == 0 else B_GLOBAL_V1
+        return _browser_global(self.version)
 
     @property
     def browser_result_features(self) -> int:
         """Browser features per result (version dependent)."""
-        return B_RESULT_FEATURES if self.version == 0 else B_RESULT_FEATURES_V1
+        return _browser_result_features(self.version)
 
     @property
     def obs_dim_browser(self) -> int:
@@ -413,7 +436,8 @@ def make_versioned_config(
             f"unknown argument(s) {unknown} for websearch_v{version}; allowed: {sorted(fields)}"
         )
     values = dict(PRESETS[preset])
-    values.update(VERSION_ARGS[version])
+    for v in range(version + 1):
+        values.update(VERSION_ARGS[v])
     values.update(kwargs)
     return WebSearchConfig(**values, version=version).validate()
 
@@ -1558,7 +1582,8 @@ def _observe_kernel(
     results, log, log_len, opened, res_tcount, surfaced, wrong,
 ):  # fmt: skip
     """Observations and action masks of envs ``envs`` into rows ``envs`` of the buffers
-    (``version`` >= 1: the browsers' description-match features)."""
+    (``version`` >= 1: the browsers' description-match features; >= 2: the browser's "my open
+    document covers the description")."""
     corpus = _corpus_views(CI, COFF, CF, CFOFF)
     (kind_start, concept_kind, concept_nforms, concept_term0, term_concept, term_hash, idf,
      df, entity_category, entity_brand, doc_entity, doc_aspect, doc_detail, doc_ptr,
@@ -1573,8 +1598,8 @@ def _observe_kernel(
     nb = obs_b.shape[0]
     open_cover = work_f[:nb]
     open_title = work_f[nb : 2 * nb]
-    b_global = B_GLOBAL if version == 0 else B_GLOBAL_V1
-    b_features = B_RESULT_FEATURES if version == 0 else B_RESULT_FEATURES_V1
+    b_global = _browser_global(version)
+    b_features = _browser_result_features(version)
     for j in range(envs.shape[0]):
         n = envs[j]
         nr = n_results[n]
@@ -1711,6 +1736,8 @@ def _observe_kernel(
                         out[16] = max(out[16], res_dmatch[n, r])
                     elif r >= (p + 1) * PAGE_SIZE:
                         out[17] = max(out[17], res_dmatch[n, r])
+            if version >= 2 and d_open >= 0 and open_cover[b] == 1.0:
+                out[18] = 1.0  # my open document covers the description: it is the target
             for k in range(PAGE_SIZE):
                 r = p * PAGE_SIZE + k
                 if r >= nr:

@@ -1,5 +1,5 @@
-"""Reference policies for ``websearch_v0`` and ``websearch_v1`` and their evaluation on fixed
-seeds (the policies read the core's arrays, which both versions share).
+"""Reference policies for ``websearch_v0``, ``websearch_v1`` and ``websearch_v2`` and their
+evaluation on fixed seeds (the policies read the core's arrays, which every version shares).
 
 * :class:`HeuristicPolicy` -- a scripted team that reads only what the agents observe (the
   description, idf, the result list's titles and coverage of opened documents, the harvested
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from envs import websearch_v0, websearch_v1
+from envs import websearch_v0, websearch_v1, websearch_v2
 from envs._websearch_core import (
     B_MARK,
     B_NEXT,
@@ -292,7 +292,7 @@ def evaluate_policy(
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds must not be empty")
-    modules = {0: websearch_v0, 1: websearch_v1}
+    modules = {0: websearch_v0, 1: websearch_v1, 2: websearch_v2}
     if version not in modules:
         raise ValueError(f"version must be one of {sorted(modules)}, got {version!r}")
     vec = modules[version].vector_env(len(seeds), autoreset=False, **env_kwargs)

@@ -1,10 +1,11 @@
-"""websearch_v0 and websearch_v1 against a slow, obviously-correct reference written from the
-module docs: a BM25 engine on plain dicts and the episode rules on sets and lists (float64),
-matched step by step over full episodes (observations, masks, rewards, flags, metrics, state).
-The reference takes the corpus's documents (bags of words) and each episode's task from the env
+"""websearch_v0, v1 and v2 against a slow, obviously-correct reference written from the module
+docs: a BM25 engine on plain dicts and the episode rules on sets and lists (float64), matched
+step by step over full episodes (observations, masks, rewards, flags, metrics, state). The
+reference takes the corpus's documents (bags of words) and each episode's task from the env
 after ``reset``; corpus and task generation are checked by their documented properties. v1's
 additions (the browsers' description match, the reading and answer rewards, the skipped step
-costs of a failed episode) are written in the reference from v1's doc."""
+costs of a failed episode) are written in the reference from v1's doc; v2's browser feature
+(my open document is the target) from v2's."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from envs import websearch_v0, websearch_v1
+from envs import websearch_v0, websearch_v1, websearch_v2
 from envs._websearch_core import (
     BM25_B,
     BM25_K1,
@@ -393,6 +394,8 @@ class ReferenceEpisode:
                 max([x for r, x in unopened_match if r < p * PAGE_SIZE], default=0.0),
                 max([x for r, x in unopened_match if r >= (p + 1) * PAGE_SIZE], default=0.0),
             ]
+        if self.version >= 2:  # v2: my open document is the answer (the target)
+            out.append(float(d_open == self.target))
         query_len = len(self.query)
         for k in range(PAGE_SIZE):
             r = p * PAGE_SIZE + k
@@ -526,10 +529,12 @@ def _check_same(env, ref: ReferenceEpisode, obs) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module", [websearch_v0, websearch_v1], ids=["v0", "v1"])
+@pytest.mark.parametrize(
+    "module", [websearch_v0, websearch_v1, websearch_v2], ids=["v0", "v1", "v2"]
+)
 @pytest.mark.parametrize("kwargs", CONFIGS)
 def test_dynamics_match_reference_over_full_episodes(module, kwargs):
-    if module is websearch_v1:
+    if module is not websearch_v0:
         kwargs = {**kwargs, "reward_read": 0.3}  # opt-in shaping (off by default): exercised
     env = module.parallel_env(**kwargs)
     engine = ReferenceEngine(env._core.corpus)
@@ -572,7 +577,7 @@ def test_dynamics_match_reference_over_full_episodes(module, kwargs):
             )
             counts["surface"] += int((want[1] > 0).sum())
         counts["success"] += ref.success
-        if module is websearch_v1:
+        if module is not websearch_v0:
             counts["read"] = counts.get("read", 0) + ref.n_read
             counts["skipped"] = counts.get("skipped", 0) + ref.n_skipped
     assert all(v > 0 for v in counts.values()), counts  # every rule was exercised

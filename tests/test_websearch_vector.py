@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from envs import websearch_v0, websearch_v1
+from envs import websearch_v0, websearch_v1, websearch_v2
 
 KW_SHORT = dict(preset="easy", max_cycles=12, max_answers=2)
 
@@ -28,7 +28,9 @@ def _actions(rng, masks_by_agent):
     return out
 
 
-@pytest.mark.parametrize("module", [websearch_v0, websearch_v1], ids=["v0", "v1"])
+@pytest.mark.parametrize(
+    "module", [websearch_v0, websearch_v1, websearch_v2], ids=["v0", "v1", "v2"]
+)
 @pytest.mark.parametrize(
     "kwargs,n_envs,n_steps",
     [
