@@ -18,10 +18,10 @@ from before t (its taps that cross a reset are masked). States are never modifie
 The scan backend (``backend=`` constructor argument or the ``backend`` attribute) is one of
 :data:`seqmodels.scan.BACKENDS`; see :mod:`seqmodels.scan`. Each forward is written as the
 composition of readable ops (:mod:`seqmodels.ops`, :mod:`seqmodels.scan`) whose dispatchers
-run their fused numba twins on the numba backend (CPU); Mamba's forward has in addition one
-fused branch, as mamba-ssm's ``mamba_simple.py``: from
-``kernels.numba_ops.MAMBA_WINDOWED_MIN_TOKENS`` tokens on, the whole block runs in time
-windows (``mamba_block_numba``, twin ``ops.mamba_block_reference``) and keeps no
+run their fused numba twins on the numba backend (CPU); Mamba's forward has instead one fused
+branch on the numba backend, as mamba-ssm's ``mamba_simple.py``: the whole block is one
+autograd Function (``mamba_block_numba``, twin ``ops.mamba_block_reference``), which from
+``kernels.numba_ops.MAMBA_WINDOWED_MIN_TOKENS`` tokens on runs in time windows and keeps no
 ``[B, L, d_inner]`` activation.
 
 Inputs must have the dtype of the module's parameters (a clear ValueError otherwise), except
@@ -301,9 +301,9 @@ class Mamba(nn.Module):
             h0 = ssm_state.to(x.dtype)
         A = -torch.exp(self.A_log.to(x.dtype))
         backend = resolve_backend(self.backend, x.device, x.dtype)
-        tokens = batch * length
-        if backend == "numba" and tokens > 0 and tokens >= numba_ops.MAMBA_WINDOWED_MIN_TOKENS:
-            # fused branch: the whole block in time windows, no [B, L, d_inner] activation kept
+        if backend == "numba" and batch * length > 0:
+            # fused branch: the whole block as one autograd Function (in time windows that keep
+            # no [B, L, d_inner] activation from MAMBA_WINDOWED_MIN_TOKENS tokens on)
             out, new_conv, h_last = numba_ops.mamba_block_numba(
                 x,
                 conv_state,

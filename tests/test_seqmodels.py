@@ -437,6 +437,35 @@ def test_module_gradients_fast_path_match_reference(kind):
 # ------------------------------------------------------------------------------------------
 # fused numba kernels (conv + SiLU, gated RMSNorm, Mamba's gated inner part, SSD with D skip)
 # vs compositions of the torch references
+@pytest.mark.parametrize("windowed", [False, True])
+def test_mamba_block_float32_gradients_close_to_float64_reference(windowed, monkeypatch):
+    # Mamba's numba path in float32 (the whole block as one autograd Function, over the whole
+    # sequence or in windows) against the reference backend in float64 from the same weights:
+    # outputs, states and every gradient, relative to |reference| + 1 as the inner part's test
+    monkeypatch.setattr(numba_ops, "MAMBA_WINDOWED_MIN_TOKENS", 0 if windowed else 10**9)
+    monkeypatch.setattr(numba_ops, "MAMBA_BLOCK_TOKENS", 4 * 16)
+    torch.manual_seed(4)
+    m32 = Mamba(d_model=8, d_state=4, bias=True, backend="numba")
+    m64 = Mamba(d_model=8, d_state=4, bias=True, backend="reference", dtype=F64)
+    m64.load_state_dict({k: v.to(F64) for k, v in m32.state_dict().items()})
+    B, L = 4, 90
+    x = torch.randn(B, L, 8, generator=_gen(10), dtype=F64)
+    resets = torch.rand(B, L, generator=_gen(11)) < 0.05
+    state = _rand_state(m64, B)
+    results = []
+    for m, dtype in ((m32, torch.float32), (m64, F64)):
+        leaves = [t.to(dtype).requires_grad_(True) for t in (x, *state)]
+        y, (conv, ssm) = m(leaves[0], (leaves[1], leaves[2]), resets)
+        grads = _loss_and_grads([y, conv, ssm], leaves + list(m.parameters()))
+        results.append([y, conv, ssm, *grads])
+    names = ["y", "conv state", "ssm state", "d x", "d conv0", "d ssm0"]
+    names += [n for n, _ in m32.named_parameters()]
+    assert results[0][0].dtype == torch.float32
+    for name, a, b in zip(names, *results, strict=True):
+        err = ((a.detach().double() - b).abs() / (b.abs() + 1)).max().item()
+        assert err < 2e-3, f"{name}: relative error {err:.2e}"
+
+
 # ------------------------------------------------------------------------------------------
 
 
@@ -665,7 +694,7 @@ MAMBA_SMALL = dict(d_model=6, d_state=3, dt_rank=2)
 @pytest.mark.parametrize(
     ("kind_cfg", "window_tokens"),
     [
-        (("mamba", MAMBA_SMALL), None),  # one graph of fused kernels (conv, gated inner part)
+        (("mamba", MAMBA_SMALL), None),  # the whole block over the whole sequence
         (("mamba", dict(d_model=5, bias=True, conv_bias=False)), None),
         (("mamba", MAMBA_SMALL), 2048),  # the windowed block, one window
         (("mamba", MAMBA_SMALL), 10),  # windows of 5 steps

@@ -239,11 +239,24 @@ def test_mamba_step_reads_parameters_updated_in_place_or_replaced():
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("window_tokens", [10, 2048])  # windows of 5 steps / one window
-def test_mamba_block_numba_matches_its_twin(window_tokens, monkeypatch):
-    monkeypatch.setattr(numba_ops, "MAMBA_BLOCK_TOKENS", window_tokens)
+@pytest.mark.parametrize(
+    ("windowed", "window_tokens", "bias"),
+    [
+        (False, None, True),  # the whole sequence at once (_NumbaMambaBlockFull)
+        (False, None, False),
+        (True, 10, True),  # windows of 5 steps
+        (True, 2048, True),  # one window
+        (True, 6, False),  # windows of 3 steps < d_conv
+    ],
+)
+def test_mamba_block_numba_matches_its_twin(windowed, window_tokens, bias, monkeypatch):
+    # both of mamba_block_numba's paths: forward outputs, both returned states and gradients
+    # w.r.t. the input, both initial states and every parameter, against the readable twin
+    monkeypatch.setattr(numba_ops, "MAMBA_WINDOWED_MIN_TOKENS", 0 if windowed else 10**9)
+    if window_tokens is not None:
+        monkeypatch.setattr(numba_ops, "MAMBA_BLOCK_TOKENS", window_tokens)
     torch.manual_seed(0)
-    m = Mamba(d_model=6, d_state=3, dt_rank=2, bias=True, dtype=F64)
+    m = Mamba(d_model=6, d_state=3, dt_rank=2, bias=bias, conv_bias=bias, dtype=F64)
     B, L = 2, 19
     x = _randn(B, L, 6, seed=20).requires_grad_(True)
     conv0 = _randn(B, m.d_inner, m.d_conv, seed=21).requires_grad_(True)

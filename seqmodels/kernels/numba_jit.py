@@ -623,6 +623,7 @@ def conv_step_silu(conv_state, x, w, bias):
     batch, channels, width = conv_state.shape
     new_state = np.empty_like(conv_state)
     out = np.empty((batch, channels), dtype=x.dtype)
+    one = x.dtype.type(1)  # (a literal 1 would make the float32 SiLU a float64 one)
     for b in prange(batch):
         for c in range(channels):
             acc = bias[c]
@@ -636,7 +637,7 @@ def conv_step_silu(conv_state, x, w, bias):
             out[b, c] = acc
         for c in range(channels):  # SiLU in its own loop, which vectorises
             v = out[b, c]
-            out[b, c] = v / (1 + fexp(-v))
+            out[b, c] = v / (one + fexp(-v))
     return new_state, out
 
 
@@ -943,12 +944,15 @@ def rmsnorm_gated_bwd(x, src, off, weight, group_size, eps, norm_before_gate, do
 
 
 @numba.njit(parallel=True, cache=True, fastmath=_FM)
-def mamba_fused_fwd(u, dtl, Wt, dbias, At, Bm, Cm, zsrc, zoff, Dv, keep, h0, every):
+def mamba_fused_fwd(u, dtl, Wt, dbias, At, Bm, Cm, zsrc, zoff, Dv, keep, h0, every, pre):
     """u [B, L, D]; dtl [B, L, R]; Wt [R, D] (dt_proj weight transposed); dbias [D];
     At [N, D]; Bm, Cm [B, L, N]; the gate z[b, t, d] = zsrc[b, t, zoff + d]; Dv [D]; keep [B, L];
     h0 [B, N, D]. Returns y = (C . h + D * u) * silu(z) [B, L, D], h_last [B, N, D] and
-    checkpoints [B, ceil(L / every), N, D]."""
+    checkpoints [B, ceil(L / every), N, D]. When pre has the shape of u, the output before
+    the gate, C . h + D * u, is written into it (for the backward; else pass a [0, 0, 0]
+    array)."""
     batch, length, d_inner = u.shape
+    store_pre = pre.shape[0] == batch
     d_state = At.shape[0]
     rank = Wt.shape[0]
     n_ckpt = (length + every - 1) // every
@@ -993,7 +997,11 @@ def mamba_fused_fwd(u, dtl, Wt, dbias, At, Bm, Cm, zsrc, zoff, Dv, keep, h0, eve
             yr = y[b, t]
             for d in range(d_inner):
                 zv = zr[d]
-                yr[d] = (acc[d] + Dv[d] * ur[d]) * (zv / (one + fexp(-zv)))
+                v = acc[d] + Dv[d] * ur[d]
+                acc[d] = v
+                yr[d] = v * (zv / (one + fexp(-zv)))
+            if store_pre:
+                pre[b, t] = acc
         h_last[b] = h
     return y, h_last, ckpt
 
@@ -1034,14 +1042,23 @@ def mamba_fused_bwd(
     every,
     dzdst,
     dzoff,
+    ddtl,
+    dB,
+    dC,
+    y,
+    pre,
 ):
-    """Backward of :func:`mamba_fused_fwd` (dy [B, L, D], dh_last [B, N, D]).
+    """Backward of :func:`mamba_fused_fwd` (dy [B, L, D], dh_last [B, N, D]; pre [B, L, D],
+    the forward's output before the gate when it kept it, else a [0, 0, 0] array: it is then
+    recomputed from the states).
 
-    Writes dz into dzdst[b, t, dzoff + d] (e.g. the gradient of the whole in_proj output).
-    Returns du [B, L, D]; ddtl [B, L, R]; per row (summed by the caller): dWt [B, R, D],
-    ddbias [B, D], dA [B, N, D], dD [B, D]; dB, dC [B, L, N]; dh0 [B, N, D]; and the
-    forward's output y [B, L, D] again (recomputed on the way, for out_proj's weight gradient
-    when the caller did not keep it).
+    Writes dz into dzdst[b, t, dzoff + d] (e.g. the gradient of the whole in_proj output), the
+    gradients of dtl, Bm, Cm into ddtl [B, L, R], dB, dC [B, L, N] (the caller's arrays: e.g.
+    views of one [B, L, R + 2 N] buffer, the gradient of the x_proj output) and, when y has
+    the shape of u, the forward's output into y (recomputed on the way, for out_proj's weight
+    gradient when the caller did not keep it; pass a [0, 0, 0] array otherwise).
+    Returns du [B, L, D]; per row (summed by the caller): dWt [B, R, D], ddbias [B, D],
+    dA [B, N, D], dD [B, D]; and dh0 [B, N, D].
 
     Per chunk of ``every`` steps: the states and decays recomputed forward from the checkpoint
     (hs [every + 1, N, D], decays [every, N, D]), then the reverse recurrence. Its loop over
@@ -1058,15 +1075,13 @@ def mamba_fused_bwd(
     n_ckpt = ckpt.shape[1]
     n_pairs = d_state - d_state % 2
     one = u.dtype.type(1)
+    store_y = y.shape[0] == batch
+    have_pre = pre.shape[0] == batch
     du = np.empty_like(u)
-    ddtl = np.empty_like(dtl)
     dWt = np.zeros((batch, rank, d_inner), dtype=u.dtype)
     ddbias = np.zeros((batch, d_inner), dtype=u.dtype)
     dA = np.zeros((batch, d_state, d_inner), dtype=u.dtype)
     dD = np.zeros((batch, d_inner), dtype=u.dtype)
-    dB = np.empty((batch, length, d_state), dtype=u.dtype)
-    dC = np.empty((batch, length, d_state), dtype=u.dtype)
-    y = np.empty_like(u)
     dh0 = np.empty((batch, d_state, d_inner), dtype=u.dtype)
     A2 = At * exp_scale(one)  # exp(dt * A) = fexp2(dt * A2)
     for b in prange(batch):
@@ -1138,12 +1153,16 @@ def mamba_fused_bwd(
                 for n in range(d_state):
                     dC[b, t, n] = _dot(gy, h_now[n])
                     dB[b, t, n] = _dot(gh[n], dtu) + Cm[b, t, n] * gy_dtu
-                yacc[:] = 0
-                for n in range(d_state):
-                    cn = Cm[b, t, n]
-                    hr = h_now[n]
+                if not have_pre:
+                    yacc[:] = 0
+                    for n in range(d_state):
+                        cn = Cm[b, t, n]
+                        hr = h_now[n]
+                        for d in range(d_inner):
+                            yacc[d] += hr[d] * cn
                     for d in range(d_inner):
-                        yacc[d] += hr[d] * cn
+                        yacc[d] = yacc[d] + Dv[d] * ur[d]  # the output before the gate
+                pv = pre[b, t] if have_pre else yacc
                 for n in range(0, n_pairs, 2):
                     m = n + 1
                     b0, b1 = Bm[b, t, n], Bm[b, t, m]
@@ -1176,14 +1195,15 @@ def mamba_fused_bwd(
                         dxs[d] += g0 * bn
                 dur = du[b, t]
                 dzr = dzdst[b, t, dzoff : dzoff + d_inner]
-                yr = y[b, t]
                 dsr = dsoft[i]
                 for d in range(d_inner):
-                    zv = zr[d]
                     sig = sz[d]
-                    pre = yacc[d] + Dv[d] * ur[d]
-                    yr[d] = pre * zv * sig
-                    dzr[d] = dyr[d] * pre * sig * (one + zv * (one - sig))
+                    dzr[d] = dyr[d] * pv[d] * sig * (one + zr[d] * (one - sig))
+                if store_y:
+                    yr = y[b, t]
+                    for d in range(d_inner):
+                        yr[d] = pv[d] * zr[d] * sz[d]
+                for d in range(d_inner):
                     g = gy[d]
                     dD_b[d] += g * ur[d]
                     dur[d] = dxs[d] * delr[d] + g * Dv[d]
@@ -1197,7 +1217,7 @@ def mamba_fused_bwd(
                         dWr[d] += ddt[d] * dr
                     ddtl[b, t, r] = _dot(ddt, Wt[r])
         dh0[b] = gh
-    return du, ddtl, dWt, ddbias, dA, dD, dB, dC, dh0, y
+    return du, dWt, ddbias, dA, dD, dh0
 
 
 @numba.njit(parallel=True, cache=True, fastmath=_FM)

@@ -64,10 +64,10 @@ NUMBA_CHECKPOINT_EVERY = 64
 # intermediates (measured at B=32, L=1024, d_model=64: 2048 tokens ~ 37 MB, 8192 ~ 81 MB, at
 # the same speed).
 MAMBA_BLOCK_TOKENS = 2048
-# seqmodels.Mamba's numba training path takes those windows from B * L tokens on; below, one
-# autograd graph of fused kernels (conv + SiLU, then softplus(dt_proj) + scan + D skip + gate)
-# that keeps about 6 [B, L, d_inner]-sized activations but is ~12% faster (it recomputes no
-# in_proj / conv / x_proj output in backward).
+# mamba_block_numba (seqmodels.Mamba's numba path) takes those windows from B * L tokens on;
+# below, the whole sequence at once (_NumbaMambaBlockFull), which keeps 4 [B, L, d_inner]
+# activations but recomputes no in_proj / conv / x_proj output in backward (measured at
+# B=32, L=1024, d_model=64, 1 thread: 1.23x the windowed path's speed).
 MAMBA_WINDOWED_MIN_TOKENS = 65536
 
 
@@ -100,6 +100,21 @@ def _torch_threads(fn: _Fn) -> _Fn:
 
 def _np(t: Tensor) -> Any:
     return t.detach().contiguous().numpy()
+
+
+def _np_view(t: Tensor) -> Any:
+    """A numpy view of t with t's strides (no copy: a kernel's writes land in t)."""
+    return t.detach().numpy()
+
+
+_NP_DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+def _absent(dtype: torch.dtype) -> Any:
+    """What the gated inner part's kernels take for an optional ``[B, L, D]`` array that is
+    not given or not wanted (pre, the output before the gate; y in the backward): a
+    ``[0, 0, 0]`` array of the kernel's dtype."""
+    return np.empty((0, 0, 0), dtype=_NP_DTYPES[dtype])
 
 
 def _keep_or_ones(resets: Tensor | None, like: Tensor) -> Tensor:
@@ -372,7 +387,7 @@ class _NumbaMambaFused(torch.autograd.Function):
         At = A.detach().t().contiguous()  # [N, D]
         arrays = [_np(t) for t in (u, dt_low, Wt, dt_bias, At, Bm, Cm, zsrc)]
         tail = [_np(t) for t in (D, keep, h0.transpose(1, 2))]
-        y, h_last, ckpt = _jit().mamba_fused_fwd(*arrays, zoff, *tail, every)
+        y, h_last, ckpt = _jit().mamba_fused_fwd(*arrays, zoff, *tail, every, _absent(u.dtype))
         ctx.every, ctx.zoff = every, zoff
         ckpt = torch.from_numpy(ckpt)
         ctx.save_for_backward(u, dt_low, Wt, dt_bias, At, Bm, Cm, zsrc, D, keep, ckpt)
@@ -389,9 +404,11 @@ class _NumbaMambaFused(torch.autograd.Function):
         arrays = [_np(t) for t in (u, dt_low, Wt, dt_bias, At, Bm, Cm, zsrc)]
         tail = [_np(t) for t in (D, keep, ckpt, dy.contiguous(), dh_last.transpose(1, 2))]
         dz = torch.empty_like(u)
-        kernel = _jit().mamba_fused_bwd
-        grads = kernel(*arrays, ctx.zoff, *tail, ctx.every, _np(dz), 0)
-        du, ddtl, dWt, ddbias, dA, dD, dB, dC, dh0, _ = (torch.from_numpy(g) for g in grads)
+        ddtl, dB, dC = torch.empty_like(dt_low), torch.empty_like(Bm), torch.empty_like(Cm)
+        outs = [_np(t) for t in (dz, ddtl, dB, dC)]
+        tail += [ctx.every, outs[0], 0, *outs[1:], _absent(u.dtype), _absent(u.dtype)]
+        grads = _jit().mamba_fused_bwd(*arrays, ctx.zoff, *tail)
+        du, dWt, ddbias, dA, dD, dh0 = (torch.from_numpy(g) for g in grads)
         return (
             du,
             ddtl,
@@ -506,7 +523,7 @@ class _NumbaMambaBlock(torch.autograd.Function):
             )
             y, h_next, ckpt = kern.mamba_fused_fwd(
                 _np(xs), _np(dt_low), small[0], small[1], small[2], _np(Bm), _np(Cm), _np(xz),
-                d_inner, _np(D), _np(keep_c), _np(h), every,
+                d_inner, _np(D), _np(keep_c), _np(h), every, _absent(x.dtype),
             )  # fmt: skip
             out[:, s:e] = F.linear(torch.from_numpy(y), W_out, b_out)
             starts.append(state)
@@ -555,18 +572,22 @@ class _NumbaMambaBlock(torch.autograd.Function):
             dout_c = dout[:, s:e].reshape(-1, dout.shape[-1])
             g_y = (dout_c @ W_out).view(batch, e - s, d_inner)
             dxz = x.new_empty(batch, e - s, 2 * d_inner)  # d in_proj output: conv | gate
+            d_dbl = x.new_empty(batch, e - s, W_x.shape[0])  # d x_proj output
+            d_dtl, dB, dC = (_np_view(t) for t in d_dbl.split([dt_rank, d_state, d_state], dim=-1))
+            y = torch.empty_like(xs).view(batch, e - s, d_inner)
             grads = kern.mamba_fused_bwd(
                 _np(xs.view(batch, e - s, d_inner)), _np(dt_low), small[0], small[1], small[2],
                 _np(Bm), _np(Cm), _np(xz), d_inner, _np(D), _np(keep_c), _np(ctx.ckpts[c]),
-                _np(g_y), _np(g_h), every, _np(dxz), d_inner,
+                _np(g_y), _np(g_h), every, _np(dxz), d_inner, d_dtl, dB, dC, _np(y),
+                _absent(x.dtype),
             )  # fmt: skip
             del g_y, dt_low, Bm, Cm
-            du, ddtl, dWt, ddbias, dAt, dDv, dB, dC, dh0, y = map(torch.from_numpy, grads)
+            du, dWt, ddbias, dAt, dDv, dh0 = map(torch.from_numpy, grads)
             dW_out.addmm_(dout_c.t(), y.view(-1, d_inner))
             if ctx.has_bias[1]:
                 db_out += dout_c.sum(0)
             del y, dout_c
-            d_dbl = torch.cat([ddtl, dB, dC], dim=-1).view(-1, W_x.shape[0])
+            d_dbl = d_dbl.view(-1, W_x.shape[0])
             dW_x.addmm_(d_dbl.t(), xs)
             dxs = du.view(-1, d_inner).addmm_(d_dbl, W_x).view(batch, e - s, d_inner)
             del xs, du, d_dbl
@@ -593,6 +614,124 @@ class _NumbaMambaBlock(torch.autograd.Function):
         )  # fmt: skip
 
 
+class _NumbaMambaBlockFull(torch.autograd.Function):
+    """A whole Mamba block on CPU over the whole sequence at once (in_proj, conv + SiLU,
+    x_proj, the gated inner part, out_proj), keeping the activations its backward needs: the
+    input, the two in_proj outputs (conv input and gate), the conv output, the x_proj output,
+    the gated inner part's output before the gate and the scan's checkpoint states. Nothing
+    is recomputed but the scan's states (from the checkpoints, in its backward kernel).
+
+    Compared with the graph of fused ops it replaces (in_proj, conv, gated inner part,
+    out_proj as four autograd nodes): the in_proj output is two ``[B, L, d_inner]`` tensors
+    rather than one ``[B, L, 2 d_inner]`` (and so are their gradients), and no gradient is
+    concatenated or accumulated by autograd. Fewer fresh large tensors: each costs page faults
+    besides its writes (glibc serves allocations above 32 MiB, e.g. a float32
+    ``[32, 1024, 256]``, with a fresh mmap on every call). The backward kernel reads the
+    saved output before the gate instead of recomputing it from the states.
+    """
+
+    @staticmethod
+    @_torch_threads
+    def forward(  # type: ignore[override]
+        ctx, x, conv_state, h0, keep, W_in, b_in, w_conv, b_conv, W_x, Wt_dt, b_dt, At, D,
+        W_out, b_out, dt_rank,
+    ):  # fmt: skip
+        kern = _jit()
+        every = NUMBA_CHECKPOINT_EVERY
+        x, W_in, W_x, W_out = (t.detach() for t in (x, W_in, W_x, W_out))
+        b_in = None if b_in is None else b_in.detach()
+        b_out = None if b_out is None else b_out.detach()
+        w_conv, b_conv, Wt_dt, b_dt, At, D, keep = (
+            t.detach().contiguous() for t in (w_conv, b_conv, Wt_dt, b_dt, At, D, keep)
+        )
+        batch, length, d_model = x.shape
+        d_inner, d_state = D.shape[0], At.shape[0]
+        x2 = x.reshape(-1, d_model)
+        b_xs, b_z = (None, None) if b_in is None else b_in.split(d_inner)
+        xs_in = F.linear(x2, W_in[:d_inner], b_xs).view(batch, length, d_inner)
+        z = F.linear(x2, W_in[d_inner:], b_z).view(batch, length, d_inner)
+        hist = conv_state.detach()[:, :, 1:].transpose(1, 2).contiguous()  # [B, W-1, D]
+        xs, new_state = kern.conv_silu_fwd(
+            _np(xs_in), 0, _np(w_conv), _np(b_conv), _np(hist), _np(keep)
+        )
+        xs = torch.from_numpy(xs)
+        dbl = F.linear(xs, W_x)  # [B, L, R + 2 N]: dt_low | B | C
+        dtl, Bm, Cm = (_np_view(t) for t in dbl.split([dt_rank, d_state, d_state], dim=-1))
+        pre = torch.empty_like(xs)  # the gated inner part's output before the gate
+        y, h_last, ckpt = kern.mamba_fused_fwd(
+            _np(xs), dtl, _np(Wt_dt), _np(b_dt), _np(At), Bm, Cm, _np(z), 0, _np(D), _np(keep),
+            _np(h0.detach().transpose(1, 2).contiguous()), every, _np(pre),
+        )  # fmt: skip
+        out = F.linear(torch.from_numpy(y), W_out, b_out)
+        del y
+        ctx.dims = (dt_rank, every)
+        ctx.has_bias = (b_in is not None, b_out is not None)
+        ctx.save_for_backward(
+            x, xs_in, z, xs, dbl, pre, hist, keep, W_in, w_conv, b_conv, W_x, Wt_dt, b_dt, At,
+            D, W_out, torch.from_numpy(ckpt),
+        )  # fmt: skip
+        return out, torch.from_numpy(new_state), torch.from_numpy(h_last).transpose(1, 2)
+
+    @staticmethod
+    @_torch_threads
+    def backward(ctx, dout, dstate, dh):  # type: ignore[override]
+        kern = _jit()
+        saved = ctx.saved_tensors
+        x, xs_in, z, xs, dbl, pre, hist, keep, W_in, w_conv, b_conv, W_x = saved[:12]
+        Wt_dt, b_dt, At, D, W_out, ckpt = saved[12:]
+        dt_rank, every = ctx.dims
+        batch, length, d_model = x.shape
+        d_inner, d_state, width = D.shape[0], At.shape[0], w_conv.shape[0]
+        if dout is None:
+            dout = x.new_zeros(batch, length, W_out.shape[0])
+        dstate = x.new_zeros(batch, d_inner, width) if dstate is None else dstate.contiguous()
+        dh = x.new_zeros(batch, d_inner, d_state) if dh is None else dh
+        dh = dh.transpose(1, 2).contiguous()  # [B, N, D]
+        dout2 = dout.reshape(-1, dout.shape[-1])
+        g_y = (dout2 @ W_out).view(batch, length, d_inner)  # d out_proj input
+        split = [dt_rank, d_state, d_state]
+        dtl, Bm, Cm = (_np_view(t) for t in dbl.split(split, dim=-1))
+        dz = torch.empty_like(z)
+        d_dbl = torch.empty_like(dbl)  # dt_low | B | C
+        d_dtl, dB, dC = (_np_view(t) for t in d_dbl.split(split, dim=-1))
+        y = torch.empty_like(xs)  # out_proj's input, for its weight gradient
+        du, dWt, ddbias, dAt, dD, dh0 = map(
+            torch.from_numpy,
+            kern.mamba_fused_bwd(
+                _np(xs), dtl, _np(Wt_dt), _np(b_dt), _np(At), Bm, Cm, _np(z), 0, _np(D),
+                _np(keep), _np(ckpt), _np(g_y), _np(dh), every, _np(dz), 0, d_dtl, dB, dC,
+                _np(y), _np(pre),
+            ),
+        )  # fmt: skip
+        del g_y
+        dW_out = dout2.t() @ y.view(-1, d_inner)
+        db_out = dout2.sum(0) if ctx.has_bias[1] else None
+        del y
+        flat_dbl = d_dbl.view(-1, d_dbl.shape[-1])
+        dW_x = flat_dbl.t() @ xs.view(-1, d_inner)
+        dxs = du.view(-1, d_inner).addmm_(flat_dbl, W_x).view(batch, length, d_inner)
+        del du, flat_dbl, d_dbl
+        dxs_in = torch.empty_like(xs_in)
+        dw_conv, db_conv, dhist = map(
+            torch.from_numpy,
+            kern.conv_silu_bwd(
+                _np(xs_in), 0, _np(w_conv), _np(b_conv), _np(hist), _np(keep), _np(dxs),
+                _np(dstate), _np(dxs_in), 0,
+            ),
+        )  # fmt: skip
+        del dxs
+        g_state = torch.cat([x.new_zeros(batch, d_inner, 1), dhist.transpose(1, 2)], dim=-1)
+        x2 = x.reshape(-1, d_model)
+        dxs_in, dz = dxs_in.view(-1, d_inner), dz.view(-1, d_inner)
+        dW_in = torch.cat([dxs_in.t() @ x2, dz.t() @ x2])
+        db_in = torch.cat([dxs_in.sum(0), dz.sum(0)]) if ctx.has_bias[0] else None
+        dx = (dxs_in @ W_in[:d_inner]).addmm_(dz, W_in[d_inner:]).view(batch, length, d_model)
+        return (
+            dx, g_state, dh0.transpose(1, 2), None, dW_in, db_in, dw_conv.sum(0), db_conv.sum(0),
+            dW_x, dWt.sum(0), ddbias.sum(0), dAt.sum(0), dD.sum(0), dW_out, db_out, None,
+        )  # fmt: skip
+
+
 def mamba_block_numba(
     x: Tensor,
     conv_state: Tensor,
@@ -606,8 +745,10 @@ def mamba_block_numba(
     D: Tensor,
     out_proj: tuple[Tensor, Tensor | None],
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """A Mamba block's forward (``seqmodels.Mamba``'s, numba backend) in time windows of
-    ``MAMBA_BLOCK_TOKENS // B`` steps that keep no ``[B, L, d_inner]`` activation for backward.
+    """A Mamba block's forward (``seqmodels.Mamba``'s, numba backend) as one autograd Function:
+    below ``MAMBA_WINDOWED_MIN_TOKENS`` tokens (B * L) over the whole sequence, keeping the
+    activations its backward needs; from there on in time windows of ``MAMBA_BLOCK_TOKENS // B``
+    steps that keep no ``[B, L, d_inner]`` activation (the backward recomputes them).
 
     x ``[B, L, d_model]``; conv_state ``[B, d_inner, d_conv]``; h0 ``[B, d_inner, d_state]``;
     resets ``[B, L]`` or None; in_proj, conv (``[d_inner, 1, d_conv]`` weight), dt_proj and
@@ -622,12 +763,16 @@ def mamba_block_numba(
     w_conv = conv_w[:, 0, :].t().to(dtype)  # [W, d_inner]
     b_conv = x.new_zeros(d_inner) if conv_b is None else conv_b.to(dtype)
     Wt_dt = dt_proj[0].t().to(dtype)  # [R, d_inner]
-    out, state, h_last = _NumbaMambaBlock.apply(
+    args = (
         x, conv_state.to(dtype), h0.to(dtype), _keep_or_ones(resets, x), W_in, b_in, w_conv,
         b_conv, x_proj_weight.to(dtype), Wt_dt, dt_proj[1].to(dtype), A.t().to(dtype),
-        D.to(dtype), W_out, b_out, Wt_dt.shape[0], max(1, MAMBA_BLOCK_TOKENS // x.shape[0]),
+        D.to(dtype), W_out, b_out, Wt_dt.shape[0],
     )  # fmt: skip
-    return out, state, h_last
+    if x.shape[0] * x.shape[1] < MAMBA_WINDOWED_MIN_TOKENS:
+        out, state, h_last = _NumbaMambaBlockFull.apply(*args)
+    else:
+        out, state, h_last = _NumbaMambaBlock.apply(*args, max(1, MAMBA_BLOCK_TOKENS // x.shape[0]))
+    return out, state.to(conv_state.dtype), h_last
 
 
 # --------------------------------------------------------------------------------------------
