@@ -26,7 +26,7 @@ from the policy (our trainer's default) and, as a second figure, the most likely
 Training wall time and env steps per second are each run's own (ours: ``finished.json``
 ``time_s``, which includes its periodic evaluations; peer: around ``Experiment.run()``).
 
-    python benchmarks/peer_mappo.py --peer-python /work/peervenv/bin/python   # all runs
+    python benchmarks/peer_mappo.py --peer-python PEER/bin/python   # all runs
     python benchmarks/peer_mappo.py --table-only                             # tables only
 
 Runs whose result files exist are skipped (``eval.json`` for ours, ``peer_result.json`` for
@@ -435,8 +435,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--python", default=sys.executable, help="interpreter for marl.train")
     p.add_argument(
         "--peer-python",
-        default=os.environ.get("PEER_PYTHON", "/work/peervenv/bin/python"),
-        help="interpreter with torchrl + benchmarl + mpe2 (a separate venv)",
+        default=os.environ.get("PEER_PYTHON"),
+        help="interpreter with torchrl + benchmarl + mpe2, a separate venv (default: "
+        "$PEER_PYTHON); e.g. python3.11 -m venv PEER && PEER/bin/pip install torch==2.13.0 "
+        "benchmarl==1.5.2 torchrl==0.11.1 tensordict==0.11.0 mpe2",
     )
     p.add_argument("--torch-threads", type=int, default=1)
     p.add_argument("--nice", type=int, default=10, help="run each training under nice -n K")
@@ -480,6 +482,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     path = os.path.join(out, "peer", f"seed{seed}.json")
                     if os.path.isfile(path):
                         continue
+                    if not args.peer_python:
+                        raise SystemExit(
+                            "peer runs need --peer-python (or PEER_PYTHON): an interpreter "
+                            "with benchmarl, torchrl and mpe2 (see --help); or --sides ours"
+                        )
                     os.makedirs(os.path.dirname(path), exist_ok=True)
                     cmd = peer_command(
                         args.peer_python, seed, args.total_steps, path, args.torch_threads,
