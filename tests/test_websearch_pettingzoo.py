@@ -1,4 +1,4 @@
-"""PettingZoo's own test suite on websearch_v0, plus the API details it relies on."""
+"""PettingZoo's own test suite on websearch_v0, v1 and v2, plus the API details it relies on."""
 
 from __future__ import annotations
 
@@ -16,43 +16,56 @@ from pettingzoo.test import (
     state_test,
 )
 
-from envs import websearch_v0
+from envs import websearch_v0, websearch_v1, websearch_v2
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # PettingZoo's style hints
 
 
-@pytest.mark.parametrize("make", [websearch_v0.env, websearch_v0.raw_env])
-def test_api_test_aec(make):
-    api_test(make(), num_cycles=200)
+#: every version runs PettingZoo's own test suite (one list: v1 and v2 share v0's classes)
+VERSIONS = pytest.mark.parametrize(
+    "module", [websearch_v0, websearch_v1, websearch_v2], ids=["v0", "v1", "v2"]
+)
 
 
+@VERSIONS
+@pytest.mark.parametrize("factory", ["env", "raw_env"])
+def test_api_test_aec(module, factory):
+    api_test(getattr(module, factory)(), num_cycles=200)
+
+
+@VERSIONS
 @pytest.mark.parametrize("preset", ["easy", "hard"])
-def test_api_test_presets(preset):
-    api_test(websearch_v0.env(preset=preset), num_cycles=100)
+def test_api_test_presets(module, preset):
+    api_test(module.env(preset=preset), num_cycles=100)
 
 
-def test_parallel_api_test():
-    parallel_api_test(websearch_v0.parallel_env(), num_cycles=300)
-    parallel_api_test(websearch_v0.parallel_env(preset="hard", max_answers=3), num_cycles=100)
+@VERSIONS
+def test_parallel_api_test(module):
+    parallel_api_test(module.parallel_env(), num_cycles=300)
+    parallel_api_test(module.parallel_env(preset="hard", max_answers=3), num_cycles=100)
 
 
-def test_seed_tests():
-    seed_test(websearch_v0.env, num_cycles=100)
-    parallel_seed_test(websearch_v0.parallel_env, num_cycles=100)
+@VERSIONS
+def test_seed_tests(module):
+    seed_test(module.env, num_cycles=100)
+    parallel_seed_test(module.parallel_env, num_cycles=100)
 
 
-def test_max_cycles_test():
-    max_cycles_test(websearch_v0)
+@VERSIONS
+def test_max_cycles_test(module):
+    max_cycles_test(module)
 
 
-def test_render_test(monkeypatch):
+@VERSIONS
+def test_render_test(module, monkeypatch):
     for var in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER"):
         monkeypatch.delenv(var, raising=False)
-    render_test(websearch_v0.env)
+    render_test(module.env)
 
 
-def test_state_test():
-    state_test(websearch_v0.env(), websearch_v0.parallel_env())
+@VERSIONS
+def test_state_test(module):
+    state_test(module.env(), module.parallel_env())
 
 
 def test_metadata_spaces_and_agent_types():

@@ -12,15 +12,6 @@ import importlib
 
 import numpy as np
 import pytest
-from pettingzoo.test import (
-    api_test,
-    max_cycles_test,
-    parallel_api_test,
-    parallel_seed_test,
-    render_test,
-    seed_test,
-    state_test,
-)
 
 from envs import websearch_v0, websearch_v1, websearch_v2
 from envs._websearch_core import B_MARK, B_OPEN0, Q_ISSUE, Q_TOGGLE0, ArgumentTypeError
@@ -34,24 +25,6 @@ PRESET_KW = [
     dict(preset="default", max_cycles=15),
     dict(preset="hard", max_cycles=10, max_answers=3),
 ]
-
-
-@pytest.mark.parametrize("make", [websearch_v2.env, websearch_v2.raw_env])
-def test_api_test_aec(make):
-    api_test(make(), num_cycles=200)
-    api_test(make(preset="hard"), num_cycles=100)
-
-
-def test_parallel_seed_max_cycles_render_state_tests(monkeypatch):
-    parallel_api_test(websearch_v2.parallel_env(), num_cycles=300)
-    parallel_api_test(websearch_v2.parallel_env(preset="hard", max_answers=3), num_cycles=100)
-    seed_test(websearch_v2.env, num_cycles=100)
-    parallel_seed_test(websearch_v2.parallel_env, num_cycles=100)
-    max_cycles_test(websearch_v2)
-    for var in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER"):
-        monkeypatch.delenv(var, raising=False)
-    render_test(websearch_v2.env)
-    state_test(websearch_v2.env(), websearch_v2.parallel_env())
 
 
 def test_module_doc_example_runs():
