@@ -117,6 +117,21 @@ def _absent(dtype: torch.dtype) -> Any:
     return np.empty((0, 0, 0), dtype=_NP_DTYPES[dtype])
 
 
+def _detach_block_inputs(
+    x, W_in, b_in, w_conv, b_conv, W_x, Wt_dt, b_dt, At, D, W_out, b_out, keep
+) -> tuple[Any, ...]:
+    """A Mamba block Function's inputs detached, in the same order; the small per-channel
+    parameters (and ``keep``) also contiguous, as the kernels read them; absent biases stay
+    None."""
+    x, W_in, W_x, W_out = (t.detach() for t in (x, W_in, W_x, W_out))
+    b_in = None if b_in is None else b_in.detach()
+    b_out = None if b_out is None else b_out.detach()
+    w_conv, b_conv, Wt_dt, b_dt, At, D, keep = (
+        t.detach().contiguous() for t in (w_conv, b_conv, Wt_dt, b_dt, At, D, keep)
+    )
+    return x, W_in, b_in, w_conv, b_conv, W_x, Wt_dt, b_dt, At, D, W_out, b_out, keep
+
+
 def _keep_or_ones(resets: Tensor | None, like: Tensor) -> Tensor:
     """[B, L] multiplier of like's dtype: 0 where an episode starts, 1 elsewhere."""
     if resets is None:
@@ -495,11 +510,10 @@ class _NumbaMambaBlock(torch.autograd.Function):
     ):
         kern = _jit()
         every = NUMBA_CHECKPOINT_EVERY
-        x, W_in, W_x, W_out = (t.detach() for t in (x, W_in, W_x, W_out))
-        b_in = None if b_in is None else b_in.detach()
-        b_out = None if b_out is None else b_out.detach()
-        w_conv, b_conv, Wt_dt, b_dt, At, D, keep = (
-            t.detach().contiguous() for t in (w_conv, b_conv, Wt_dt, b_dt, At, D, keep)
+        (x, W_in, b_in, w_conv, b_conv, W_x, Wt_dt, b_dt, At, D, W_out, b_out, keep) = (
+            _detach_block_inputs(
+                x, W_in, b_in, w_conv, b_conv, W_x, Wt_dt, b_dt, At, D, W_out, b_out, keep
+            )
         )
         batch, length, _ = x.shape
         d_inner = D.shape[0]
@@ -638,11 +652,10 @@ class _NumbaMambaBlockFull(torch.autograd.Function):
     ):  # fmt: skip
         kern = _jit()
         every = NUMBA_CHECKPOINT_EVERY
-        x, W_in, W_x, W_out = (t.detach() for t in (x, W_in, W_x, W_out))
-        b_in = None if b_in is None else b_in.detach()
-        b_out = None if b_out is None else b_out.detach()
-        w_conv, b_conv, Wt_dt, b_dt, At, D, keep = (
-            t.detach().contiguous() for t in (w_conv, b_conv, Wt_dt, b_dt, At, D, keep)
+        (x, W_in, b_in, w_conv, b_conv, W_x, Wt_dt, b_dt, At, D, W_out, b_out, keep) = (
+            _detach_block_inputs(
+                x, W_in, b_in, w_conv, b_conv, W_x, Wt_dt, b_dt, At, D, W_out, b_out, keep
+            )
         )
         batch, length, d_model = x.shape
         d_inner, d_state = D.shape[0], At.shape[0]
