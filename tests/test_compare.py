@@ -141,6 +141,7 @@ def test_variants_file(tmp_path: Path) -> None:
         ("bad:--whitening=zca", "--whitening"),
         ("bad:--seed=3", "--seed is not allowed"),
         ("bad:--total-steps=10", "same for every run"),
+        ("bad:--max-cpu-time=10", "use compare's --max-cpu-time"),
     ],
 )
 def test_bad_variant_rejected_before_any_run(
@@ -160,7 +161,17 @@ def test_bad_variant_rejected_before_any_run(
 
 
 def test_cli_input_errors(tmp_path: Path, monkeypatch, capsys) -> None:
-    base = ["--out", str(tmp_path / "o"), "--total-steps", "64"]
+    base = ["--out", str(tmp_path / "o")]
+    cases = [
+        (["--variant", "a:", "--max-cpu-time", "0"], "--max-cpu-time must be > 0"),
+        (["--variant", "a:", "--max-cpu-time", "5", "--max-time", "5"], "not allowed with"),
+    ]
+    for extra, message in cases:
+        with pytest.raises(SystemExit) as exc:
+            compare.main(base + extra)
+        assert exc.value.code == 2
+        assert message in capsys.readouterr().err
+    base += ["--total-steps", "64"]
     cases = [
         (["--variant", "a:", "--variant", "a:--alpha=0.1"], "given twice"),
         (["--variant", "a:", "--reference", "zz"], "--reference 'zz' is not a variant"),
@@ -218,17 +229,37 @@ def test_whitening_none_variant_parses() -> None:
     assert parse_cli(args).whitening == "none"
 
 
-def test_study_cli_dry_run(tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("budget", ["--max-time", "--max-cpu-time"])
+def test_study_cli_dry_run(tmp_path: Path, capsys, budget: str) -> None:
     code = compare.main(
-        ["--study", "calibration", "--seeds", "2", "--max-time", "30", "--jobs", "2"]
+        ["--study", "calibration", "--seeds", "2", budget, "30", "--jobs", "2"]
         + ["--out", str(tmp_path / "o"), "--dry-run"]
     )
     assert code == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 6 * 2
-    assert all("--max-time=30" in line and "--torch-threads=" in line for line in lines)
+    assert all(f"{budget}=30 " in line and "--torch-threads=" in line for line in lines)
     assert any("calibrated/seed_1 [new]" in line for line in lines)
     assert not (tmp_path / "o").exists()
+
+
+def test_cpu_time_budget_reaches_runs_report_and_spec(
+    tmp_path: Path, fake_train: str, monkeypatch, capsys
+) -> None:
+    out, log = tmp_path / "out", tmp_path / "calls.log"
+    argv = ["--variant", "a:--alpha=0.2", "--variant", "b:--alpha=0.6", "--seeds", "2"]
+    argv += ["--out", str(out), "--train-command", fake_train, "--no-progress", "--no-plots"]
+    argv += ["--bootstrap-reps", "50"]
+    assert run_main([*argv, "--max-cpu-time", "5"], monkeypatch, log) == 0
+    assert json.loads((out / "compare.json").read_text())["max_cpu_time"] == 5
+    report = (out / "report.md").read_text()
+    assert "budget: 5 CPU s per run" in report and "The budget is CPU time" in report
+    # a rerun with another budget would mix incomparable runs: refused, nothing run
+    n_calls = len(invocations(log))
+    with pytest.raises(SystemExit) as exc:
+        run_main([*argv, "--max-time", "5"], monkeypatch, log)
+    assert exc.value.code == 2 and "holds runs with max_time=None" in capsys.readouterr().err
+    assert len(invocations(log)) == n_calls
 
 
 # ------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from marl.run.checkpoint import (
 )
 from marl.run.config import EXIT_INTERRUPTED
 from marl.run.evaluate import main as eval_main
-from marl.run.runlog import read_metrics, read_tensorboard_events
+from marl.run.runlog import TIMING_KEYS, read_metrics, read_tensorboard_events
 from marl.run.train import main as train_main
 
 TESTS = Path(__file__).resolve().parent
@@ -47,7 +47,7 @@ TINY = [
     "--gif", "false", "--env.max_cycles", "6", "--env.goal", "2",
 ]  # fmt: skip
 STEPS = 128  # env steps per update
-VOLATILE = {"time_s", "sps", "agent_sps", "time/collect_s", "time/update_s"}
+VOLATILE = TIMING_KEYS
 
 
 def rows(run) -> list[dict]:

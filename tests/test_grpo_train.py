@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from marl.run.config import ConfigError, parse_cli
+from marl.run.runlog import TIMING_KEYS
 from marl.run.train import main
 
 TINY = [
@@ -17,7 +18,7 @@ TINY = [
     "false", "--progress", "false", "--env.grid_size", "8", "--env.max_cycles", "20",
     "--env.n_targets", "2",
 ]  # fmt: skip
-VOLATILE = ("time_s", "sps", "agent_sps", "time/collect_s", "time/update_s")
+VOLATILE = TIMING_KEYS
 
 
 def _rows(run_dir) -> list[dict]:

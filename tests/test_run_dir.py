@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from marl.run.config import ConfigError, parse_cli
-from marl.run.runlog import read_metrics, read_tensorboard_events
+from marl.run.runlog import TIMING_KEYS, read_metrics, read_tensorboard_events
 from marl.run.train import main as train_main
 
 TINY = [
@@ -26,7 +26,7 @@ TINY = [
     "--checkpoint-every", "1",
 ]  # fmt: skip
 STEPS = 128  # env steps per update (8 envs x 16 steps)
-VOLATILE = {"time_s", "sps", "agent_sps", "time/collect_s", "time/update_s"}
+VOLATILE = TIMING_KEYS
 
 
 def snapshot(root) -> dict[str, str]:

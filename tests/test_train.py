@@ -15,7 +15,7 @@ import yaml
 
 from marl.run.checkpoint import latest_path, load_checkpoint
 from marl.run.config import ConfigError, TrainConfig, parse_cli
-from marl.run.runlog import read_metrics
+from marl.run.runlog import TIMING_KEYS, read_metrics
 from marl.run.train import main as train_main
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -43,7 +43,7 @@ TINY = [
     "--env.goal",
     "2",
 ]
-TIME_KEYS = {"time_s", "sps", "agent_sps", "time/collect_s", "time/update_s"}
+TIME_KEYS = TIMING_KEYS
 
 
 # ---------------------------------------------------------------- config / CLI
@@ -113,6 +113,8 @@ def test_recipes_and_explicit_flags_win():
         (["--backbone", "gru", "--seq-len", "7"], r"--seq-len.*divisor"),
         (["--value-norm", "maybe"], r"--value-norm.*true/false"),
         (["--algo", "dqn"], r"--algo.*mappo, grpo"),
+        (["--max-cpu-time", "0"], r"--max-cpu-time.*> 0"),
+        (["--max-time", "nan"], r"--max-time.*> 0"),
     ],
 )
 def test_invalid_options_raise_config_error(argv, match):
@@ -296,6 +298,29 @@ def test_evaluate_cli_rewrites_eval_json(tmp_path, capsys):
     assert eval_main([str(run)]) == 0
     assert json.loads((run / "eval.json").read_text()) == first
     assert "success_rate" in capsys.readouterr().out
+
+
+def test_cpu_time_budget_counts_the_process_cpu_seconds_across_a_resume(tmp_path):
+    """--max-cpu-time stops at the first update boundary past the budget; the count is the
+    process's CPU time (bounded by time.process_time around the call) and carries over a
+    resume."""
+    run = tmp_path / "run"
+    flags = ["--gif", "false", "--plots", "false", "--eval-every", "0"]
+    t0 = time.process_time()
+    assert _run(run, "--max-cpu-time", "1.0", *flags) == 0
+    used = time.process_time() - t0
+    first = json.loads((run / "finished.json").read_text())
+    rows = read_metrics(str(run / "metrics.jsonl"))
+    assert len(rows) >= 2
+    cpu = [r["cpu_s"] for r in rows]
+    assert cpu == sorted(cpu) and all(c < 1.0 for c in cpu[:-1])  # no update began past it
+    assert 1.0 <= first["cpu_s"] <= used
+    assert train_main(["--resume", str(run), "--max-cpu-time", "2.0"]) == 0
+    rows2 = read_metrics(str(run / "metrics.jsonl"))
+    new = [r["cpu_s"] for r in rows2[len(rows) :]]
+    assert new and new[0] > first["cpu_s"]  # counted on from the first invocation's seconds
+    assert all(c < 2.0 for c in new[:-1])
+    assert json.loads((run / "finished.json").read_text())["cpu_s"] >= 2.0
 
 
 @pytest.mark.slow

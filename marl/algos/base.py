@@ -130,10 +130,19 @@ class BaseConfig:
     total_steps: int | None = _f(
         None,
         "Environment steps to train (summed over the vector envs: one step of E envs counts E). "
-        f"None: until --max-time (when both are None: max_time={DEMO_MAX_TIME:g}s, the demo).",
+        f"None: until --max-time / --max-cpu-time (when all three are None: "
+        f"max_time={DEMO_MAX_TIME:g}s, the demo).",
     )
     max_time: float | None = _f(
         None, "Wall-clock training budget in seconds (then evaluate as at a normal end)."
+    )
+    max_cpu_time: float | None = _f(
+        None,
+        "CPU-time training budget in seconds: this process's user + system time (all its "
+        "threads; rank 0's under torchrun; env worker processes not counted). Unlike --max-time "
+        "it does not stretch when other jobs share the cores, so it is the fair 'equal time' "
+        "budget for studies on a shared machine (with --torch-threads 1 it equals the wall "
+        "clock of an idle core). When several budgets are set, the first one reached ends the run.",
     )
     run_dir: str | None = _f(None, "Run directory (default runs/<algo>-<backbone>-<timestamp>).")
     device: str = _f(
@@ -330,13 +339,10 @@ class BaseConfig:
             _check(getattr(self, name) >= 0, name, getattr(self, name), "an integer >= 0")
         if self.total_steps is not None:
             _check(self.total_steps >= 1, "total_steps", self.total_steps, pos_int + " or none")
-        if self.max_time is not None:
-            _check(
-                math.isfinite(self.max_time) and self.max_time > 0,
-                "max_time",
-                self.max_time,
-                "a number > 0 or none",
-            )
+        for name in ("max_time", "max_cpu_time"):
+            value = getattr(self, name)
+            if value is not None:
+                _check(math.isfinite(value) and value > 0, name, value, "a number > 0 or none")
         _check(math.isfinite(self.lr) and self.lr > 0, "lr", self.lr, "a number > 0")
         _check(0.0 <= self.alpha <= 1.0, "alpha", self.alpha, "a number in [0, 1]")
         _check(0.0 < self.clip_low < 1.0, "clip_low", self.clip_low, "a number in (0, 1)")

@@ -103,6 +103,7 @@ MANAGED_OPTIONS = {
     "--resume": "set by compare when resuming an interrupted run",
     "--total-steps": "the budget is the same for every run: use compare's --total-steps",
     "--max-time": "the budget is the same for every run: use compare's --max-time",
+    "--max-cpu-time": "the budget is the same for every run: use compare's --max-cpu-time",
     "--algo": "set by compare's --algo",
     "--config": "set by compare's --config",
     "--overwrite": "compare resumes interrupted runs; it never overwrites one (use a new --out)",
@@ -146,6 +147,7 @@ class CompareSpec:
     reference: str
     total_steps: int | None = None
     max_time: float | None = None
+    max_cpu_time: float | None = None
     common: list[str] = field(default_factory=list)
     jobs: int = 1
     train_command: list[str] = field(default_factory=lambda: [sys.executable, "-m", "marl.train"])
@@ -168,6 +170,8 @@ class CompareSpec:
             args.append(f"--total-steps={self.total_steps}")
         if self.max_time is not None:
             args.append(f"--max-time={self.max_time:g}")
+        if self.max_cpu_time is not None:
+            args.append(f"--max-cpu-time={self.max_cpu_time:g}")
         return args
 
     def base_args(self) -> list[str]:
@@ -331,6 +335,8 @@ def build_spec(args: argparse.Namespace) -> CompareSpec:
         raise CompareError(f"--total-steps must be >= 1, got {args.total_steps}")
     if args.max_time is not None and not args.max_time > 0:
         raise CompareError(f"--max-time must be > 0 seconds, got {args.max_time}")
+    if args.max_cpu_time is not None and not args.max_cpu_time > 0:
+        raise CompareError(f"--max-cpu-time must be > 0 seconds, got {args.max_cpu_time}")
     if not args.cpus_per_run > 0:
         raise CompareError(f"--cpus-per-run must be > 0, got {args.cpus_per_run}")
     if args.launcher != "ray" and (args.address is not None or args.cpus_per_run != 1.0):
@@ -362,6 +368,7 @@ def build_spec(args: argparse.Namespace) -> CompareSpec:
         reference="",
         total_steps=args.total_steps,
         max_time=args.max_time,
+        max_cpu_time=args.max_cpu_time,
         common=common,
         jobs=jobs,
         train_command=train_command,
@@ -472,6 +479,7 @@ def _spec_record(spec: CompareSpec) -> dict[str, Any]:
         "config_sha256": _file_sha256(spec.config),
         "total_steps": spec.total_steps,
         "max_time": spec.max_time,
+        "max_cpu_time": spec.max_cpu_time,
         "common": spec.common,
         "variants": {v.name: v.args for v in spec.variants},
         "seeds": spec.seeds,
@@ -502,7 +510,7 @@ def check_and_store_spec(spec: CompareSpec) -> None:
     if os.path.isfile(path):
         with open(path) as fh:
             old = json.load(fh)
-        for key in ("algo", "config_sha256", "total_steps", "max_time", "common"):
+        for key in ("algo", "config_sha256", "total_steps", "max_time", "max_cpu_time", "common"):
             if old.get(key) != record[key]:
                 raise CompareError(
                     f"{path}: this output directory holds runs with {key}={old.get(key)!r}, "
@@ -1050,6 +1058,13 @@ def build_parser() -> argparse.ArgumentParser:
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--total-steps", type=int, help="Env steps per run.")
     budget.add_argument("--max-time", type=float, help="Wall-clock seconds per run.")
+    budget.add_argument(
+        "--max-cpu-time",
+        type=float,
+        help="CPU seconds per run (marl.train --max-cpu-time: the run's own user + system "
+        "time). The fair equal-time budget when runs share the cores: with --jobs above the "
+        "free cores, --max-time gives each run less work; this does not.",
+    )
     p.add_argument(
         "--jobs",
         type=int,

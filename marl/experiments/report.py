@@ -388,7 +388,11 @@ def build_summary(
     for name, entry in variants.items():
         entry["probability_of_improvement"] = improvement.get(name)  # None for the reference
 
-    budget = {"total_steps": spec.total_steps, "max_time": spec.max_time}
+    budget = {
+        "total_steps": spec.total_steps,
+        "max_time": spec.max_time,
+        "max_cpu_time": spec.max_cpu_time,
+    }
     if title is None:
         title = f"Study '{spec.study}'" if spec.study else "Comparison of variants"
     return {
@@ -491,6 +495,8 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
         if budget["total_steps"] is not None
         else f"{budget['max_time']:g} s wall clock per run"
         if budget["max_time"] is not None
+        else f"{budget['max_cpu_time']:g} CPU s per run"
+        if budget.get("max_cpu_time") is not None
         else "the config's budget per run"
     )
     lines += [
@@ -539,6 +545,13 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
             "",
             "The budget is wall-clock time: runs that shared the CPU with others reached "
             "fewer env steps (see the last column), so the comparison is per time, not per step.",
+        ]
+    elif budget.get("max_cpu_time") is not None:
+        lines += [
+            "",
+            "The budget is CPU time (each run's own, unaffected by other jobs on the cores): "
+            "variants that compute more per step reached fewer env steps (see the last column), "
+            "so the comparison is per unit of compute, not per step.",
         ]
     if s.get("common"):
         lines += ["", f"Options common to all variants: `{' '.join(s['common'])}`."]

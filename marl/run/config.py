@@ -72,6 +72,7 @@ RESUME_CHANGEABLE: frozenset[str] = frozenset(
     {
         "total_steps",
         "max_time",
+        "max_cpu_time",
         "eval_every",
         "checkpoint_every",
         "plots",

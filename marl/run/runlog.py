@@ -41,9 +41,14 @@ __all__ = [
     "wandb_options_from_args",
     "import_wandb",
     "read_metrics",
+    "TIMING_KEYS",
     "read_tensorboard_events",
     "trim_tensorboard",
 ]
+
+#: metrics.jsonl keys that measure time (wall, CPU, rates): they differ between two runs of
+#: the same trajectory, every other key of a row is reproducible
+TIMING_KEYS = frozenset({"time_s", "cpu_s", "sps", "agent_sps", "time/collect_s", "time/update_s"})
 
 #: ``--wandb-mode`` values (wandb.init's ``mode``)
 WANDB_MODES = ("online", "offline", "disabled")

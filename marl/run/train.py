@@ -121,21 +121,33 @@ def _init_distributed(cfg: BaseConfig) -> distributed.DistContext:
 
 
 class _Budget:
-    """Progress in [0, 1]: the larger of step progress and time progress."""
+    """Progress in [0, 1]: the largest of step, wall-time and CPU-time progress."""
 
     def __init__(self, cfg: BaseConfig) -> None:
         self.total_steps = cfg.total_steps
         self.max_time = cfg.max_time
-        if self.total_steps is None and self.max_time is None:
+        self.max_cpu_time = cfg.max_cpu_time
+        if self.total_steps is None and self.max_time is None and self.max_cpu_time is None:
             self.max_time = DEMO_MAX_TIME
 
-    def progress(self, env_steps: int, elapsed: float) -> float:
+    def progress(self, env_steps: int, elapsed: float, cpu: float) -> float:
+        """``elapsed``: wall seconds of training so far; ``cpu``: CPU seconds so far."""
         p = 0.0
         if self.total_steps is not None:
             p = max(p, env_steps / self.total_steps)
         if self.max_time is not None:
             p = max(p, elapsed / self.max_time)
+        if self.max_cpu_time is not None:
+            p = max(p, cpu / self.max_cpu_time)
         return p
+
+    def bar_total(self) -> tuple[float, str]:
+        """What the progress bar counts: (its total, its unit: 'step', 's' or 'cpu s')."""
+        if self.total_steps is not None:
+            return self.total_steps, "step"
+        if self.max_time is not None:
+            return self.max_time, "s"
+        return float(self.max_cpu_time), "cpu s"  # type: ignore[arg-type]
 
 
 def _seed_everything(seed: int) -> None:
@@ -379,7 +391,7 @@ def train(
     seed = ctx.seed_offset(cfg.seed)
     _seed_everything(seed)
     algo = algo_cls(cfg, ctx, device)
-    update, env_steps, elapsed_before = 0, 0, 0.0
+    update, env_steps, elapsed_before, cpu_before = 0, 0, 0.0, 0.0
     if ckpt is not None:
         try:
             algo.load_state_dict(ckpt["algo"])
@@ -390,6 +402,9 @@ def train(
             ) from exc
         update, env_steps = int(ckpt["update"]), int(ckpt["env_steps"])
         elapsed_before = float(ckpt["elapsed"])
+        # checkpoints from before the CPU-time budget: their wall time bounds the CPU time of a
+        # one-thread run from above (no run goes over its --max-cpu-time for the missing key)
+        cpu_before = float(ckpt.get("cpu_elapsed", elapsed_before))
         if is_main:
             set_rng_state(ckpt["rng"])
         else:
@@ -430,7 +445,7 @@ def train(
             keep,
             update,
             env_steps,
-            elapsed_before,
+            (elapsed_before, cpu_before),
             ckpt_path,
             wandb=wandb,
             wandb_resume_id=ckpt.get("wandb_run_id") if ckpt is not None else None,
@@ -456,13 +471,17 @@ def _train_loop(
     keep: int,
     update: int,
     env_steps: int,
-    elapsed_before: float,
+    before: tuple[float, float],
     ckpt_path: str | None,
     *,
     wandb: WandbOptions | None = None,
     wandb_resume_id: str | None = None,
 ) -> dict[str, Any] | None:
-    """The loop of :func:`train` once the run directory is prepared (and locked)."""
+    """The loop of :func:`train` once the run directory is prepared (and locked).
+
+    ``before``: (wall seconds, CPU seconds) of training in earlier invocations (a resume).
+    """
+    elapsed_before, cpu_before = before
     is_main = ctx.is_main
     world = ctx.world_size
     budget = _Budget(cfg)
@@ -489,6 +508,7 @@ def _train_loop(
             "update": path_update,
             "env_steps": env_steps,
             "elapsed": elapsed_before + (time.perf_counter() - t_start),
+            "cpu_elapsed": cpu_now(),
             "rng": rng_state(),
             "config": config_to_dict(cfg),
             "keep_checkpoints": keep,
@@ -521,30 +541,44 @@ def _train_loop(
     handled = (signal.SIGINT, signal.SIGTERM)
     old_handlers = {s: signal.signal(s, on_signal) for s in handled} if _main_thread() else {}
     bar = None
-    # the bar counts env steps towards --total-steps, else seconds towards --max-time
-    bar_in_steps = budget.total_steps is not None
+    # the bar counts env steps towards --total-steps, else seconds towards --max-time, else
+    # CPU seconds towards --max-cpu-time
+    bar_total, bar_unit = budget.bar_total()
+    bar_in_steps = bar_unit == "step"
+
+    def bar_position(steps: int, elapsed: float, cpu: float) -> int:
+        return steps if bar_in_steps else int(elapsed if bar_unit == "s" else cpu)
+
     if is_main and cfg.progress:
         bar = tqdm(
-            total=budget.total_steps if bar_in_steps else math.ceil(budget.max_time),
-            initial=env_steps if bar_in_steps else int(elapsed_before),
+            total=bar_total if bar_in_steps else math.ceil(bar_total),
+            initial=bar_position(env_steps, elapsed_before, cpu_before),
             desc=f"{cfg.algo}",
-            unit="step" if bar_in_steps else "s",
+            unit=bar_unit,
             unit_scale=bar_in_steps,
             # seconds of budget per second is no rate: show the times instead
             bar_format=None
             if bar_in_steps
-            else "{l_bar}{bar}| {n_fmt}/{total_fmt} s [{elapsed}<{remaining}{postfix}]",
+            else "{l_bar}{bar}| {n_fmt}/{total_fmt} "
+            + bar_unit
+            + " [{elapsed}<{remaining}{postfix}]",
             leave=False,
             dynamic_ncols=True,
             file=sys.stderr,
         )
     t_start = time.perf_counter()
+    cpu_start = time.process_time()
+
+    def cpu_now() -> float:
+        """CPU seconds of training, this invocation's and the earlier ones'."""
+        return cpu_before + time.process_time() - cpu_start
+
     last_eval: dict[str, Any] = {}
     interrupted = False
     try:
         while True:
             elapsed = elapsed_before + time.perf_counter() - t_start
-            progress = budget.progress(env_steps, elapsed)
+            progress = budget.progress(env_steps, elapsed, cpu_now())
             if ctx.enabled:  # every rank takes rank 0's decision
                 progress = float(distributed.broadcast_object(progress, ctx))
             if progress >= 1.0:
@@ -560,6 +594,7 @@ def _train_loop(
                 "update": update,
                 "env_steps": env_steps,
                 "time_s": elapsed,
+                "cpu_s": cpu_now(),
                 "sps": delta / dt,
                 "agent_sps": delta * agents / dt,
             }
@@ -586,7 +621,7 @@ def _train_loop(
                 row.update(last_eval)
             logger.log(row)
             if bar is not None:
-                bar.n = min(env_steps if bar_in_steps else int(elapsed), bar.total)
+                bar.n = min(bar_position(env_steps, elapsed, row["cpu_s"]), bar.total)
                 post = {"upd": update, "steps": env_steps, "sps": f"{row['agent_sps']:.0f}"}
                 if "episode/success" in row:
                     post["succ"] = f"{row['episode/success']:.2f}"
@@ -630,6 +665,7 @@ def _train_loop(
                     "update": update,
                     "env_steps": env_steps,
                     "time_s": elapsed_before + (time.perf_counter() - t_start),
+                    "cpu_s": cpu_now(),
                     "checkpoint": saved["path"] and os.path.relpath(saved["path"], run_dir),
                 },
             )
