@@ -83,7 +83,9 @@ DESCRIPTIVE_METRICS: dict[str, tuple[str, str, str]] = {
     "search_diversity": (
         "eval",
         "search_diversity",
-        "search diversity (mean pairwise Jaccard distance between visited-cell sets)",
+        "search diversity (mean pairwise Jaccard distance between the search sets of "
+        "validation episodes from the same reset seed: visited cells in multisearch, issued "
+        "queries in websearch)",
     ),
     "eval_entropy": ("eval", "entropy", "policy entropy per step on validation episodes"),
     "steps_to_success": ("eval", "steps_to_success", "steps to success"),

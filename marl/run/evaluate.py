@@ -5,8 +5,9 @@ Figures (one episode per validation seed, envs without autoreset):
 ``solved_rate`` (mean of ``solved``), ``mean_return`` (mean over episodes of the mean over
 agents of the summed reward), ``coverage``, ``revisit_rate``, ``episode_length``; metrics the env
 does not provide are reported as None. With ``eval_repeats`` >= 2 episodes per seed:
-``search_diversity`` (the mean pairwise Jaccard distance between the team's visited-cell sets
-of episodes from the same seed, ``envs.diversity``); ``entropy`` (the policy's mean per-step
+``search_diversity`` (the mean pairwise Jaccard distance between the team's search sets of
+episodes from the same seed, ``envs.diversity``: visited cells in multisearch, issued queries in
+websearch, the env's ``search_sets()``); ``entropy`` (the policy's mean per-step
 entropy).
 
 Evaluation samples actions with its own ``torch.Generator`` (seeded from the first validation
