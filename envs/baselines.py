@@ -16,18 +16,17 @@ call them as ``actions = policy(obs, env)``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from numba import njit
 
+from envs._baselines import Policy, RandomPolicy, run_episodes, to_env_format
 from envs._core import MultiSearchCore
 from envs.multisearch_v0 import MultiSearchParallelEnv, MultiSearchVectorEnv, vector_env
 
 __all__ = ["HeuristicPolicy", "RandomPolicy", "evaluate_policy"]
-
-Policy = Callable[[Mapping[str, Any], Any], dict[str, Any]]
 
 
 def _core_of(env: Any) -> MultiSearchCore:
@@ -37,15 +36,6 @@ def _core_of(env: Any) -> MultiSearchCore:
     raise TypeError(
         "expected a multisearch_v0 parallel_env or vector_env, got " + type(env).__name__
     )
-
-
-def _to_env_format(env: Any, actions: np.ndarray) -> dict[str, Any]:
-    """actions [N, A] -> {agent: int array [N]} (vector) or {agent: int} (parallel)."""
-    inner = getattr(env, "unwrapped", env)
-    names = inner.possible_agents
-    if isinstance(inner, MultiSearchVectorEnv):
-        return {a: actions[:, i].copy() for i, a in enumerate(names)}
-    return {a: int(actions[0, i]) for i, a in enumerate(names) if a in inner.agents}
 
 
 @njit(cache=True)
@@ -186,26 +176,7 @@ class HeuristicPolicy:
             core.views,
             actions,
         )
-        return _to_env_format(env, actions)
-
-
-class RandomPolicy:
-    """Uniform over each agent's legal actions (its ``action_mask``)."""
-
-    def __init__(self, seed: int | None = None) -> None:
-        self.rng = np.random.default_rng(seed)
-
-    def __call__(self, obs: Mapping[str, Any], env: Any = None) -> dict[str, Any]:
-        actions: dict[str, Any] = {}
-        for agent, parts in obs.items():
-            mask = np.asarray(parts["action_mask"])
-            if mask.ndim == 1:
-                legal = np.flatnonzero(mask)
-                actions[agent] = int(self.rng.choice(legal))
-            else:  # [N, n_actions]: argmax of uniform noise over legal actions
-                noise = self.rng.random(mask.shape) + 1.0
-                actions[agent] = np.argmax(noise * mask, axis=1)
-        return actions
+        return to_env_format(env, actions)
 
 
 def evaluate_policy(
@@ -234,20 +205,8 @@ def evaluate_policy(
     if not seeds:
         raise ValueError("seeds must not be empty")
     vec = vector_env(len(seeds), autoreset=False, **env_kwargs)
-    obs, _ = vec.reset(seed=seeds)
     keys = ("success", "solved", "coverage", "revisit_rate", "episode_length")
-    final = {k: np.zeros(len(seeds)) for k in keys}
-    returns = np.zeros(len(seeds))
-    recorded = np.zeros(len(seeds), dtype=bool)
-    first = vec.possible_agents[0]
-    while not recorded.all():
-        actions = policy(obs, vec)
-        obs, rewards, terminations, truncations, infos = vec.step(actions)
-        returns += np.mean([rewards[a] for a in vec.possible_agents], axis=0)
-        now = (terminations[first] | truncations[first]) & ~recorded
-        for k in keys:
-            final[k][now] = infos[first][k][now]
-        recorded |= now
+    final, returns = run_episodes(vec, policy, seeds, keys)
     return {
         "success_rate": float(final["success"].mean()),
         "solved_rate": float(final["solved"].mean()),

@@ -26,12 +26,13 @@ All work with ``vector_env`` (arrays ``[num_envs]``) and ``parallel_env`` (ints)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from envs import websearch_v0, websearch_v1, websearch_v2
+from envs._baselines import Policy, RandomPolicy, run_episodes, to_env_format
 from envs._websearch_core import (
     B_MARK,
     B_NEXT,
@@ -49,7 +50,6 @@ from envs.websearch_v0 import WebSearchParallelEnv, WebSearchVectorEnv
 
 __all__ = ["HeuristicPolicy", "OraclePolicy", "RandomPolicy", "evaluate_policy"]
 
-Policy = Callable[[Mapping[str, Any], Any], dict[str, Any]]
 FULL = 1.0 - 1e-9  # a "full" title match / coverage
 
 
@@ -60,15 +60,6 @@ def _core_of(env: Any) -> WebSearchCore:
     raise TypeError(
         "expected a websearch_v0/v1 parallel_env or vector_env, got " + type(env).__name__
     )
-
-
-def _to_env_format(env: Any, actions: np.ndarray) -> dict[str, Any]:
-    """actions [N, A] -> {agent: int array [N]} (vector) or {agent: int} (parallel)."""
-    inner = getattr(env, "unwrapped", env)
-    names = inner.possible_agents
-    if isinstance(inner, WebSearchVectorEnv):
-        return {a: actions[:, i].copy() for i, a in enumerate(names)}
-    return {a: int(actions[0, i]) for i, a in enumerate(names) if a in inner.agents}
 
 
 def _slot_terms(core: WebSearchCore, n: int) -> list[int]:
@@ -134,7 +125,7 @@ class HeuristicPolicy:
         actions = np.zeros((core.num_envs, cfg.n_agents), dtype=np.int64)
         for n in range(core.num_envs):
             self._act(core, n, actions[n])
-        return _to_env_format(env, actions)
+        return to_env_format(env, actions)
 
     @staticmethod
     def plan(core: WebSearchCore, n: int) -> list[frozenset[int]]:
@@ -202,25 +193,6 @@ class HeuristicPolicy:
                 out[q] = _draft_step(core, n, q, goal)
 
 
-class RandomPolicy:
-    """Uniform over each agent's legal actions (its ``action_mask``)."""
-
-    def __init__(self, seed: int | None = None) -> None:
-        self.rng = np.random.default_rng(seed)
-
-    def __call__(self, obs: Mapping[str, Any], env: Any = None) -> dict[str, Any]:
-        actions: dict[str, Any] = {}
-        for agent, parts in obs.items():
-            mask = np.asarray(parts["action_mask"])
-            if mask.ndim == 1:
-                legal = np.flatnonzero(mask)
-                actions[agent] = int(self.rng.choice(legal))
-            else:  # [N, n_actions]: argmax of uniform noise over legal actions
-                noise = self.rng.random(mask.shape) + 1.0
-                actions[agent] = np.argmax(noise * mask, axis=1)
-        return actions
-
-
 class OraclePolicy:
     """Perfect knowledge (see the module doc): succeeds in every episode."""
 
@@ -247,7 +219,7 @@ class OraclePolicy:
                 actions[n, nq] = B_PREV
             else:
                 actions[n, nq] = B_OPEN0 + rank[0] - page * PAGE_SIZE
-        return _to_env_format(env, actions)
+        return to_env_format(env, actions)
 
 
 _EPISODE_KEYS = (
@@ -296,19 +268,7 @@ def evaluate_policy(
     if version not in modules:
         raise ValueError(f"version must be one of {sorted(modules)}, got {version!r}")
     vec = modules[version].vector_env(len(seeds), autoreset=False, **env_kwargs)
-    obs, _ = vec.reset(seed=seeds)
-    final = {k: np.zeros(len(seeds)) for k in _EPISODE_KEYS}
-    returns = np.zeros(len(seeds))
-    recorded = np.zeros(len(seeds), dtype=bool)
-    first = vec.possible_agents[0]
-    while not recorded.all():
-        actions = policy(obs, vec)
-        obs, rewards, terminations, truncations, infos = vec.step(actions)
-        returns += np.mean([rewards[a] for a in vec.possible_agents], axis=0)
-        now = (terminations[first] | truncations[first]) & ~recorded
-        for k in _EPISODE_KEYS:
-            final[k][now] = infos[first][k][now]
-        recorded |= now
+    final, returns = run_episodes(vec, policy, seeds, _EPISODE_KEYS)
     out = {
         "success_rate": float(final["success"].mean()),
         "solved_rate": float(final["solved"].mean()),

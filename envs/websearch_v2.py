@@ -141,11 +141,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from pettingzoo.utils.conversions import parallel_to_aec, parallel_to_aec_wrapper
-
 from envs import websearch_v0
+from envs._pettingzoo import constructors
 from envs._websearch_core import PRESETS, ArgumentTypeError, WebSearchConfig
-from envs.websearch_v0 import INFO_KEYS, METRIC_KEYS, REWARD_KEYS, render_ansi, render_rgb
+from envs.websearch_v1 import (
+    BASELINES,
+    INFO_KEYS,
+    METRIC_KEYS,
+    REWARD_KEYS,
+    render_ansi,
+    render_rgb,
+)
 
 __all__ = [
     "BASELINES",
@@ -164,9 +170,6 @@ __all__ = [
     "raw_env",
     "vector_env",
 ]
-
-#: the module with this env's baselines (``HeuristicPolicy``, ``RandomPolicy``, ...)
-BASELINES = "envs.websearch_baselines"
 
 METADATA: dict[str, Any] = {**websearch_v0.METADATA, "name": "websearch_v2"}
 
@@ -187,21 +190,4 @@ class WebSearchVectorEnv(websearch_v0.WebSearchVectorEnv):
     version = 2
 
 
-def parallel_env(**kwargs: Any) -> WebSearchParallelEnv:
-    """The Parallel env (see the module doc for the arguments)."""
-    return WebSearchParallelEnv(**kwargs)
-
-
-def raw_env(**kwargs: Any) -> parallel_to_aec_wrapper:
-    """The AEC env without PettingZoo's order-enforcing wrapper."""
-    return parallel_to_aec_wrapper(WebSearchParallelEnv(**kwargs))
-
-
-def env(**kwargs: Any) -> Any:
-    """The AEC env (``parallel_to_aec`` of :func:`parallel_env`)."""
-    return parallel_to_aec(WebSearchParallelEnv(**kwargs))
-
-
-def vector_env(num_envs: int, autoreset: bool = True, **kwargs: Any) -> WebSearchVectorEnv:
-    """``num_envs`` episodes stepped together (see the module doc, "vector_env")."""
-    return WebSearchVectorEnv(num_envs, autoreset=autoreset, **kwargs)
+parallel_env, env, raw_env, vector_env = constructors(WebSearchParallelEnv, WebSearchVectorEnv)

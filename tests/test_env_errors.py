@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import pytest
 
 from envs import multisearch_v0
 
+try:
+    import _env_checks as checks
+except ImportError:  # pytest --import-mode=importlib does not put tests/ on sys.path
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _env_checks as checks
+
 
 def _snapshot(env):
     core = env._core
     return [a.copy() for a in vars(core).values() if isinstance(a, np.ndarray)] + [list(env.agents)]
-
-
-def _assert_same(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b, strict=True):
-        if isinstance(x, np.ndarray):
-            np.testing.assert_array_equal(x, y)
-        else:
-            assert x == y
 
 
 BAD_ACTIONS = [
@@ -37,22 +37,9 @@ BAD_ACTIONS = [
 
 @pytest.mark.parametrize("action,agent", BAD_ACTIONS)
 def test_parallel_bad_action_raises_and_changes_nothing(action, agent):
-    env = multisearch_v0.parallel_env()
-    env.reset(seed=0)
-    before = _snapshot(env)
-    actions = {a: 0 for a in env.agents}
-    actions[agent] = action
-    with pytest.raises(ValueError) as err:
-        env.step(actions)
-    message = str(err.value)
-    assert agent in message and "allowed" in message
-    _assert_same(before, _snapshot(env))
-    # and the env continues exactly like an untouched one
-    twin = multisearch_v0.parallel_env()
-    twin.reset(seed=0)
-    good = {a: 1 for a in env.agents}
-    np.testing.assert_array_equal(
-        env.step(good)[0]["scout_0"]["observation"], twin.step(good)[0]["scout_0"]["observation"]
+    good = {a: 1 for a in multisearch_v0.parallel_env().possible_agents}
+    checks.check_bad_action_changes_nothing(
+        multisearch_v0.parallel_env, _snapshot, agent, action, good, watched="scout_0"
     )
 
 
@@ -65,15 +52,7 @@ def test_parallel_bad_action_raises_and_changes_nothing(action, agent):
     ],
 )
 def test_parallel_missing_or_unknown_agent(mutate, needle):
-    env = multisearch_v0.parallel_env()
-    env.reset(seed=1)
-    before = _snapshot(env)
-    actions = {a: 0 for a in env.agents}
-    mutate(actions)
-    with pytest.raises(ValueError, match="one entry per live agent") as err:
-        env.step(actions)
-    assert needle in str(err.value)
-    _assert_same(before, _snapshot(env))
+    checks.check_missing_or_unknown_agent(multisearch_v0.parallel_env(), _snapshot, mutate, needle)
 
 
 def test_step_without_reset_or_after_end():
@@ -117,35 +96,18 @@ def test_strict_actions_raises_and_changes_nothing():
     with pytest.raises(ValueError, match="strict_actions") as err:
         env.step({**{a: 0 for a in env.agents}, agent: act})
     assert agent in str(err.value) and "legal actions" in str(err.value)
-    _assert_same(before, _snapshot(env))
+    checks.assert_same(before, _snapshot(env))
 
 
 def test_vector_bad_actions():
-    vec = multisearch_v0.vector_env(3)
-    vec.reset(seed=0)
-    before = _snapshot(vec)
-    good = {a: np.zeros(3, dtype=np.int64) for a in vec.possible_agents}
-    cases = [
-        ({**good, "scout_0": np.array([0, 5, 0])}, "scout_0"),
-        ({**good, "rescuer_0": np.array([0, 0, -2])}, "rescuer_0"),
-        ({**good, "scout_1": np.zeros(3, dtype=np.float32)}, "scout_1"),
-        ({**good, "scout_1": np.zeros(2, dtype=np.int64)}, "scout_1"),
-        ({**good, "scout_1": 0}, "scout_1"),
-        ({k: v for k, v in good.items() if k != "rescuer_1"}, "rescuer_1"),
-        ({**good, "medic_0": np.zeros(3, dtype=np.int64)}, "medic_0"),
-    ]
-    for actions, needle in cases:
-        with pytest.raises(ValueError) as err:
-            vec.step(actions)
-        assert needle in str(err.value)
-        _assert_same(before, _snapshot(vec))
-    assert "in env 1" in _message(vec, {**good, "scout_0": np.array([0, 5, 0])})
-
-
-def _message(vec, actions):
-    with pytest.raises(ValueError) as err:
-        vec.step(actions)
-    return str(err.value)
+    checks.check_vector_bad_actions(
+        multisearch_v0.vector_env(3),
+        _snapshot,
+        out_of_range=("scout_0", 5),
+        negative="rescuer_0",
+        malformed="scout_1",
+        missing="rescuer_1",
+    )
 
 
 def test_vector_strict_actions():
@@ -156,7 +118,7 @@ def test_vector_strict_actions():
     actions["rescuer_0"] = np.where(obs["rescuer_0"]["action_mask"][:, 5] == 1, 0, 5)
     with pytest.raises(ValueError, match="strict_actions"):
         vec.step(actions)
-    _assert_same(before, _snapshot(vec))
+    checks.assert_same(before, _snapshot(vec))
     vec.step({a: np.zeros(4, dtype=np.int64) for a in vec.possible_agents})  # legal: fine
 
 

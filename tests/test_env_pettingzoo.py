@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import pytest
 from pettingzoo.test import (
@@ -15,6 +18,12 @@ from pettingzoo.test import (
 )
 
 from envs import multisearch_v0
+
+try:
+    import _env_checks as checks
+except ImportError:  # pytest --import-mode=importlib does not put tests/ on sys.path
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _env_checks as checks
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # PettingZoo's style hints
 
@@ -57,10 +66,7 @@ def test_state_test():
 
 def test_metadata_and_spaces():
     env = multisearch_v0.parallel_env()
-    assert env.metadata["name"] == "multisearch_v0"
-    assert env.metadata["is_parallelizable"] is True
-    assert env.metadata["render_fps"] > 0
-    assert set(env.metadata["render_modes"]) == {"human", "rgb_array", "ansi"}
+    checks.check_metadata(env, "multisearch_v0")
     assert env.state_space.dtype == np.float32  # before the first reset
     for agent in env.possible_agents:
         n = 5 if agent.startswith("scout_") else 6
@@ -72,33 +78,17 @@ def test_metadata_and_spaces():
 
 @pytest.mark.parametrize("cast", [int, np.int32, np.int64, np.int8, np.uint8, np.array])
 def test_integer_action_types(cast):
-    env = multisearch_v0.parallel_env()
-    obs, _ = env.reset(seed=0)
-    _, rew, term, trunc, infos = env.step({a: cast(0) for a in env.agents})
-    assert all(type(v) is bool for v in [*term.values(), *trunc.values()])
-    assert all(type(v) is float for v in rew.values())
-    assert all(type(v) is float for info in infos.values() for v in info.values())
+    checks.check_integer_action_types(multisearch_v0.parallel_env(), cast)
 
 
 def test_reset_ignores_unknown_options():
-    env = multisearch_v0.parallel_env()
-    a, _ = env.reset(seed=3, options={"unknown": 1, "options": 2})
-    b, _ = env.reset(seed=3)
-    for agent in a:
-        np.testing.assert_array_equal(a[agent]["observation"], b[agent]["observation"])
+    checks.check_reset_ignores_options(
+        multisearch_v0.parallel_env(), options={"unknown": 1, "options": 2}
+    )
 
 
 def test_infos_same_keys_from_reset_and_only_three_reward_keys():
-    env = multisearch_v0.parallel_env()
-    _, infos = env.reset(seed=0)
-    keys = set(infos["scout_0"])
-    assert {k for k in keys if k.startswith("reward_")} == {
-        "reward_team",
-        "reward_individual",
-        "reward_penalty",
-    }
-    _, _, _, _, infos = env.step({a: 0 for a in env.agents})
-    assert all(set(info) == keys for info in infos.values())
+    checks.check_info_keys(multisearch_v0.parallel_env())
 
 
 def test_render_modes_outputs(capsys, monkeypatch):

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import pytest
 
 from envs import websearch_v0
 from envs._websearch_core import STANDALONE_FIELDS
+
+try:
+    import _env_checks as checks
+except ImportError:  # pytest --import-mode=importlib does not put tests/ on sys.path
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _env_checks as checks
 
 
 def _snapshot(env):
@@ -15,15 +24,6 @@ def _snapshot(env):
     arrays = [a.copy() for a in core._bundles.values()]
     arrays += [getattr(core, f).copy() for f in STANDALONE_FIELDS]
     return arrays + [list(env.agents)]
-
-
-def _assert_same(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b, strict=True):
-        if isinstance(x, np.ndarray):
-            np.testing.assert_array_equal(x, y)
-        else:
-            assert x == y
 
 
 BAD_ACTIONS = [
@@ -41,24 +41,14 @@ BAD_ACTIONS = [
 
 @pytest.mark.parametrize("action,agent", BAD_ACTIONS)
 def test_parallel_bad_action_raises_and_changes_nothing(action, agent):
-    env = websearch_v0.parallel_env()
-    env.reset(seed=0)
-    env.step({"querier_0": 3, "browser_0": 0, "browser_1": 0})
-    before = _snapshot(env)
-    actions = {a: 0 for a in env.agents}
-    actions[agent] = action
-    with pytest.raises(ValueError) as err:
-        env.step(actions)
-    message = str(err.value)
-    assert agent in message and "allowed" in message
-    _assert_same(before, _snapshot(env))
-    twin = websearch_v0.parallel_env()
-    twin.reset(seed=0)
-    twin.step({"querier_0": 3, "browser_0": 0, "browser_1": 0})
-    good = {"querier_0": 1, "browser_0": 0, "browser_1": 0}
-    np.testing.assert_array_equal(
-        env.step(good)[0]["browser_0"]["observation"],
-        twin.step(good)[0]["browser_0"]["observation"],
+    checks.check_bad_action_changes_nothing(
+        websearch_v0.parallel_env,
+        _snapshot,
+        agent,
+        action,
+        good={"querier_0": 1, "browser_0": 0, "browser_1": 0},
+        watched="browser_0",
+        before_steps=({"querier_0": 3, "browser_0": 0, "browser_1": 0},),
     )
 
 
@@ -71,15 +61,7 @@ def test_parallel_bad_action_raises_and_changes_nothing(action, agent):
     ],
 )
 def test_parallel_missing_or_unknown_agent(mutate, needle):
-    env = websearch_v0.parallel_env()
-    env.reset(seed=1)
-    before = _snapshot(env)
-    actions = {a: 0 for a in env.agents}
-    mutate(actions)
-    with pytest.raises(ValueError, match="one entry per live agent") as err:
-        env.step(actions)
-    assert needle in str(err.value)
-    _assert_same(before, _snapshot(env))
+    checks.check_missing_or_unknown_agent(websearch_v0.parallel_env(), _snapshot, mutate, needle)
 
 
 def test_step_without_reset_or_after_end():
@@ -112,7 +94,7 @@ def test_masked_action_default_is_penalised_noop():
     assert infos["querier_0"]["queries_issued"] == 0.0
     assert int(env._core.t[0]) == 1  # only time moved
     env._core.t[0] = 0
-    _assert_same(before, _snapshot(env))
+    checks.assert_same(before, _snapshot(env))
 
 
 def test_strict_actions_raises_and_changes_nothing():
@@ -123,32 +105,19 @@ def test_strict_actions_raises_and_changes_nothing():
         env.step({"querier_0": 0, "browser_0": 6, "browser_1": 0})
     assert "browser_0" in str(err.value) and "legal actions" in str(err.value)
     assert "next" in str(err.value)
-    _assert_same(before, _snapshot(env))
+    checks.assert_same(before, _snapshot(env))
     env.step({"querier_0": 3, "browser_0": 0, "browser_1": 0})  # legal: fine
 
 
 def test_vector_bad_actions():
-    vec = websearch_v0.vector_env(3)
-    vec.reset(seed=0)
-    before = _snapshot(vec)
-    good = {a: np.zeros(3, dtype=np.int64) for a in vec.possible_agents}
-    cases = [
-        ({**good, "querier_0": np.array([0, 19, 0])}, "querier_0"),
-        ({**good, "browser_0": np.array([0, 0, -2])}, "browser_0"),
-        ({**good, "browser_1": np.zeros(3, dtype=np.float32)}, "browser_1"),
-        ({**good, "browser_1": np.zeros(2, dtype=np.int64)}, "browser_1"),
-        ({**good, "browser_1": 0}, "browser_1"),
-        ({k: v for k, v in good.items() if k != "browser_1"}, "browser_1"),
-        ({**good, "reader_0": np.zeros(3, dtype=np.int64)}, "reader_0"),
-    ]
-    for actions, needle in cases:
-        with pytest.raises(ValueError) as err:
-            vec.step(actions)
-        assert needle in str(err.value)
-        _assert_same(before, _snapshot(vec))
-    with pytest.raises(ValueError) as err:
-        vec.step({**good, "querier_0": np.array([0, 19, 0])})
-    assert "in env 1" in str(err.value)
+    checks.check_vector_bad_actions(
+        websearch_v0.vector_env(3),
+        _snapshot,
+        out_of_range=("querier_0", 19),
+        negative="browser_0",
+        malformed="browser_1",
+        missing="browser_1",
+    )
 
 
 def test_vector_strict_actions():
@@ -160,7 +129,7 @@ def test_vector_strict_actions():
     with pytest.raises(ValueError, match="strict_actions") as err:
         vec.step(actions)
     assert "env 2" in str(err.value) and "prev" in str(err.value)
-    _assert_same(before, _snapshot(vec))
+    checks.assert_same(before, _snapshot(vec))
     vec.step({a: np.zeros(4, dtype=np.int64) for a in vec.possible_agents})  # legal: fine
 
 

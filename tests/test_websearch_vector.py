@@ -4,10 +4,19 @@ freezing, seeding, full-episode determinism, the trainer contract's shapes."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import pytest
 
 from envs import websearch_v0, websearch_v1, websearch_v2
+
+try:
+    import _env_checks as checks
+except ImportError:  # pytest --import-mode=importlib does not put tests/ on sys.path
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _env_checks as checks
 
 KW_SHORT = dict(preset="easy", max_cycles=12, max_answers=2)
 
@@ -40,47 +49,14 @@ def _actions(rng, masks_by_agent):
     ],
 )
 def test_vector_equals_parallel_across_autoresets(module, kwargs, n_envs, n_steps):
-    seed = 1000
     vec = module.vector_env(n_envs, **kwargs)
     pars = [module.parallel_env(**kwargs) for _ in range(n_envs)]
-    v_obs, v_infos = vec.reset(seed=seed)
-    p_obs = []
-    for i, env in enumerate(pars):
-        obs, infos = env.reset(seed=seed + i)
-        p_obs.append(obs)
-        for agent in vec.possible_agents:
-            assert infos[agent] == {k: v[i] for k, v in v_infos[agent].items()}
     rng = np.random.default_rng(0)
-    episodes_ended = 0
-    successes = 0
-    for _ in range(n_steps):
-        state = vec.state()
-        for i, env in enumerate(pars):
-            np.testing.assert_array_equal(state[i], env.state())
-            for agent in vec.possible_agents:
-                for key in ("observation", "action_mask"):
-                    np.testing.assert_array_equal(v_obs[agent][key][i], p_obs[i][agent][key])
-        actions = _actions(rng, {a: v_obs[a]["action_mask"] for a in vec.possible_agents})
-        v_obs, v_rew, v_term, v_trunc, v_infos = vec.step(actions)
-        final_obs, final_state = vec.final_obs, vec.final_state
-        for i, env in enumerate(pars):
-            obs, rew, term, trunc, infos = env.step({a: actions[a][i] for a in env.agents})
-            for agent in vec.possible_agents:
-                assert v_rew[agent].dtype == np.float32
-                assert v_rew[agent][i] == np.float32(rew[agent])
-                assert v_term[agent][i] == term[agent] and v_trunc[agent][i] == trunc[agent]
-                assert infos[agent] == {k: v[i] for k, v in v_infos[agent].items()}
-                for key in ("observation", "action_mask"):
-                    np.testing.assert_array_equal(final_obs[agent][key][i], obs[agent][key])
-            np.testing.assert_array_equal(final_state[i], env.state())
-            if not env.agents:  # episode ended: vector env i auto-reset from its stream
-                episodes_ended += 1
-                successes += infos["querier_0"]["success"] == 1.0
-                obs, _ = env.reset()
-            p_obs[i] = obs
-    assert episodes_ended >= n_envs  # every env crossed at least one auto-reset
+    ended = checks.check_vector_equals_parallel(
+        vec, pars, 1000, n_steps, lambda masks: _actions(rng, masks)
+    )
     if kwargs is KW_SHORT:
-        assert successes > 0
+        assert sum(info["success"] == 1.0 for info in ended) > 0
 
 
 def test_full_episode_determinism():
@@ -116,45 +92,16 @@ def test_full_episode_determinism():
 
 
 def test_autoreset_false_freezes_finished_envs():
-    vec = websearch_v0.vector_env(3, autoreset=False, **KW_SHORT)
-    obs, _ = vec.reset(seed=[5, 6, 7])
-    stay = {a: np.zeros(3, dtype=np.int64) for a in vec.possible_agents}
-    for _ in range(KW_SHORT["max_cycles"]):
-        obs, rew, term, trunc, infos = vec.step(stay)
-    assert trunc["querier_0"].all() and not term["querier_0"].any()
-    frozen_state = vec.state().copy()
-    frozen_obs = {a: obs[a]["observation"].copy() for a in vec.possible_agents}
-    assert infos["querier_0"]["episode_length"].tolist() == [12.0] * 3
-    assert infos["querier_0"]["steps_to_success"].tolist() == [12.0] * 3
     rng = np.random.default_rng(1)
-    for _ in range(3):
-        obs, rew, term, trunc, infos = vec.step(
-            _actions(rng, {a: obs[a]["action_mask"] for a in vec.possible_agents})
-        )
-        for agent in vec.possible_agents:
-            assert (rew[agent] == 0).all() and trunc[agent].all() and not term[agent].any()
-            assert all((v == 0).all() for v in infos[agent].values())
-            np.testing.assert_array_equal(obs[agent]["observation"], frozen_obs[agent])
-        np.testing.assert_array_equal(vec.state(), frozen_state)
-    vec.reset(seed=0)
-    _, _, _, trunc, infos = vec.step(stay)
-    assert not trunc["querier_0"].any() and (infos["querier_0"]["episode_length"] == 1).all()
+    checks.check_autoreset_false_freezes(
+        websearch_v0.vector_env(3, autoreset=False, **KW_SHORT),
+        lambda masks: _actions(rng, masks),
+        final_infos={"episode_length": 12.0, "steps_to_success": 12.0},
+    )
 
 
 def test_seeding_forms():
-    vec = websearch_v0.vector_env(3)
-    vec.reset(seed=10)
-    by_int = vec.state().copy()
-    vec.reset(seed=[10, 11, 12])
-    np.testing.assert_array_equal(vec.state(), by_int)
-    vec.reset(seed=[12, 11, 10])
-    np.testing.assert_array_equal(vec.state(), by_int[::-1])
-    vec.reset()  # continues each env's stream: new tasks
-    assert not np.array_equal(vec.state(), by_int[::-1])
-    with pytest.raises(ValueError, match="sequence of 3"):
-        vec.reset(seed=[1, 2])
-    with pytest.raises(ValueError, match="seed"):
-        vec.reset(seed=-1)
+    checks.check_seeding_forms(websearch_v0.vector_env(3))
 
 
 def test_parallel_reset_none_continues_the_stream_like_the_vector_env():
@@ -173,34 +120,10 @@ def test_contract_shapes_and_dtypes():
     vec = websearch_v0.vector_env(n)
     assert vec.num_envs == n and vec.max_cycles == 40
     assert vec.possible_agents == ["querier_0", "browser_0", "browser_1"]
-    obs, infos = vec.reset(seed=0)
-    keys = set(infos["querier_0"])
     actions = {a: np.zeros(n, dtype=np.int32) for a in vec.possible_agents}
     actions["querier_0"] = np.full(n, 3, dtype=np.int32)
-    obs, rew, term, trunc, infos = vec.step(actions)
-    for agent in vec.possible_agents:
-        space = vec.observation_space(agent)
-        n_actions = vec.action_space(agent).n
-        assert obs[agent]["observation"].shape == (n,) + space["observation"].shape
-        assert obs[agent]["observation"].dtype == np.float32
-        assert obs[agent]["action_mask"].shape == (n, n_actions)
-        assert obs[agent]["action_mask"].dtype == np.int8
-        for i in range(n):
-            assert space.contains(
-                {
-                    "observation": obs[agent]["observation"][i],
-                    "action_mask": obs[agent]["action_mask"][i],
-                }
-            )
-        assert rew[agent].shape == (n,) and term[agent].dtype == np.bool_
-        assert set(infos[agent]) == keys
-        assert all(v.shape == (n,) and v.dtype.kind == "f" for v in infos[agent].values())
-        parts = sum(infos[agent][k] for k in ("reward_team", "reward_individual", "reward_penalty"))
-        np.testing.assert_allclose(rew[agent], parts, rtol=1e-6)
-    state = vec.state()
-    assert state.shape == (n,) + vec.state_space.shape and state.dtype == np.float32
-    assert vec.state_space.contains(state[0])
-    assert vec.final_obs is obs  # no episode ended: the current observation
+    checks.check_contract_shapes(vec, actions)
+    assert vec.state_space.contains(vec.state()[0])
 
 
 def test_vector_arrays_are_fresh_each_step():
