@@ -44,6 +44,32 @@ class ArgumentTypeError(TypeError, ValueError):
     ``ValueError``, so callers catching either see it."""
 
 
+def check_int_field(config: Any, name: str, lo: int, hi: int | None = None) -> None:
+    """Check that ``config.<name>`` is an int in [lo, hi] (no upper bound when hi is None) and
+    store it as a Python int; ArgumentTypeError for a non-int (bool included), ValueError out of
+    range, each naming the field and what is allowed."""
+    value = getattr(config, name)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ArgumentTypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    setattr(config, name, int(value))
+    if value < lo or (hi is not None and value > hi):
+        allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ValueError(f"{name} must be {allowed}, got {value}")
+
+
+def check_float_field(config: Any, name: str, lo: float, hi: float | None = None) -> None:
+    """Check that ``config.<name>`` is a finite number in [lo, hi] and store it as a float;
+    errors as :func:`check_int_field`'s."""
+    value = getattr(config, name)
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+        raise ArgumentTypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    setattr(config, name, value)
+    if not math.isfinite(value) or value < lo or (hi is not None and value > hi):
+        allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ValueError(f"{name} must be a finite number {allowed}, got {value}")
+
+
 N_ACTIONS_SCOUT = 5
 N_ACTIONS_RESCUER = 6
 ACTION_NAMES = ("stay", "up", "down", "left", "right", "collect")
@@ -217,27 +243,10 @@ class MultiSearchConfig:
     # ---- validation ----------------------------------------------------------------------
     def validate(self) -> MultiSearchConfig:
         def _int(name: str, lo: int, hi: int | None = None) -> None:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise ArgumentTypeError(
-                    f"{name} must be an int, got {type(value).__name__} {value!r}"
-                )
-            setattr(self, name, int(value))
-            if value < lo or (hi is not None and value > hi):
-                allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-                raise ValueError(f"{name} must be {allowed}, got {value}")
+            check_int_field(self, name, lo, hi)
 
         def _float(name: str, lo: float, hi: float | None = None) -> None:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-                raise ArgumentTypeError(
-                    f"{name} must be a number, got {type(value).__name__} {value!r}"
-                )
-            value = float(value)
-            setattr(self, name, value)
-            if not math.isfinite(value) or value < lo or (hi is not None and value > hi):
-                allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-                raise ValueError(f"{name} must be a finite number {allowed}, got {value}")
+            check_float_field(self, name, lo, hi)
 
         _int("grid_size", 3, 256)
         _int("n_scouts", 0, 64)

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from envs._core import ArgumentTypeError
+from envs._core import ArgumentTypeError, check_float_field, check_int_field
 
 __all__ = [
     "ArgumentTypeError",
@@ -330,27 +330,10 @@ class WebSearchConfig:
     # ---- validation ----------------------------------------------------------------------
     def validate(self) -> WebSearchConfig:
         def _int(name: str, lo: int, hi: int | None = None) -> None:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise ArgumentTypeError(
-                    f"{name} must be an int, got {type(value).__name__} {value!r}"
-                )
-            setattr(self, name, int(value))
-            if value < lo or (hi is not None and value > hi):
-                allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-                raise ValueError(f"{name} must be {allowed}, got {value}")
+            check_int_field(self, name, lo, hi)
 
         def _float(name: str, lo: float, hi: float | None = None) -> None:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-                raise ArgumentTypeError(
-                    f"{name} must be a number, got {type(value).__name__} {value!r}"
-                )
-            value = float(value)
-            setattr(self, name, value)
-            if not math.isfinite(value) or value < lo or (hi is not None and value > hi):
-                allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-                raise ValueError(f"{name} must be a finite number {allowed}, got {value}")
+            check_float_field(self, name, lo, hi)
 
         _int("n_queriers", 1, 16)
         _int("n_browsers", 1, 16)
