@@ -1045,6 +1045,7 @@ def mamba_fused_bwd(
     ddtl,
     dB,
     dC,
+    du,
     y,
     pre,
 ):
@@ -1054,11 +1055,13 @@ def mamba_fused_bwd(
 
     Writes dz into dzdst[b, t, dzoff + d] (e.g. the gradient of the whole in_proj output), the
     gradients of dtl, Bm, Cm into ddtl [B, L, R], dB, dC [B, L, N] (the caller's arrays: e.g.
-    views of one [B, L, R + 2 N] buffer, the gradient of the x_proj output) and, when y has
-    the shape of u, the forward's output into y (recomputed on the way, for out_proj's weight
-    gradient when the caller did not keep it; pass a [0, 0, 0] array otherwise).
-    Returns du [B, L, D]; per row (summed by the caller): dWt [B, R, D], ddbias [B, D],
-    dA [B, N, D], dD [B, D]; and dh0 [B, N, D].
+    views of one [B, L, R + 2 N] buffer, the gradient of the x_proj output), the gradient of u
+    into du [B, L, D] (may be dy's own array: each step reads its row of dy before it writes
+    its row of du) and, when y has the shape of u, the forward's output into y (recomputed on
+    the way, for out_proj's weight gradient when the caller did not keep it; pass a [0, 0, 0]
+    array otherwise).
+    Returns per row (summed by the caller): dWt [B, R, D], ddbias [B, D], dA [B, N, D],
+    dD [B, D]; and dh0 [B, N, D].
 
     Per chunk of ``every`` steps: the states and decays recomputed forward from the checkpoint
     (hs [every + 1, N, D], decays [every, N, D]), then the reverse recurrence. Its loop over
@@ -1077,7 +1080,6 @@ def mamba_fused_bwd(
     one = u.dtype.type(1)
     store_y = y.shape[0] == batch
     have_pre = pre.shape[0] == batch
-    du = np.empty_like(u)
     dWt = np.zeros((batch, rank, d_inner), dtype=u.dtype)
     ddbias = np.zeros((batch, d_inner), dtype=u.dtype)
     dA = np.zeros((batch, d_state, d_inner), dtype=u.dtype)
@@ -1217,7 +1219,7 @@ def mamba_fused_bwd(
                         dWr[d] += ddt[d] * dr
                     ddtl[b, t, r] = _dot(ddt, Wt[r])
         dh0[b] = gh
-    return du, dWt, ddbias, dA, dD, dh0
+    return dWt, ddbias, dA, dD, dh0
 
 
 @numba.njit(parallel=True, cache=True, fastmath=_FM)

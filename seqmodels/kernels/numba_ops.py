@@ -418,12 +418,12 @@ class _NumbaMambaFused(torch.autograd.Function):
             dh_last = u.new_zeros(u.shape[0], At.shape[1], At.shape[0])
         arrays = [_np(t) for t in (u, dt_low, Wt, dt_bias, At, Bm, Cm, zsrc)]
         tail = [_np(t) for t in (D, keep, ckpt, dy.contiguous(), dh_last.transpose(1, 2))]
-        dz = torch.empty_like(u)
+        dz, du = torch.empty_like(u), torch.empty_like(u)
         ddtl, dB, dC = torch.empty_like(dt_low), torch.empty_like(Bm), torch.empty_like(Cm)
-        outs = [_np(t) for t in (dz, ddtl, dB, dC)]
+        outs = [_np(t) for t in (dz, ddtl, dB, dC, du)]
         tail += [ctx.every, outs[0], 0, *outs[1:], _absent(u.dtype), _absent(u.dtype)]
         grads = _jit().mamba_fused_bwd(*arrays, ctx.zoff, *tail)
-        du, dWt, ddbias, dA, dD, dh0 = (torch.from_numpy(g) for g in grads)
+        dWt, ddbias, dA, dD, dh0 = (torch.from_numpy(g) for g in grads)
         return (
             du,
             ddtl,
@@ -592,11 +592,12 @@ class _NumbaMambaBlock(torch.autograd.Function):
             grads = kern.mamba_fused_bwd(
                 _np(xs.view(batch, e - s, d_inner)), _np(dt_low), small[0], small[1], small[2],
                 _np(Bm), _np(Cm), _np(xz), d_inner, _np(D), _np(keep_c), _np(ctx.ckpts[c]),
-                _np(g_y), _np(g_h), every, _np(dxz), d_inner, d_dtl, dB, dC, _np(y),
+                _np(g_y), _np(g_h), every, _np(dxz), d_inner, d_dtl, dB, dC, _np(g_y), _np(y),
                 _absent(x.dtype),
             )  # fmt: skip
-            del g_y, dt_low, Bm, Cm
-            du, dWt, ddbias, dAt, dDv, dh0 = map(torch.from_numpy, grads)
+            du = g_y  # (the kernel wrote du over g_y)
+            del dt_low, Bm, Cm
+            dWt, ddbias, dAt, dDv, dh0 = map(torch.from_numpy, grads)
             dW_out.addmm_(dout_c.t(), y.view(-1, d_inner))
             if ctx.has_bias[1]:
                 db_out += dout_c.sum(0)
@@ -641,7 +642,11 @@ class _NumbaMambaBlockFull(torch.autograd.Function):
     concatenated or accumulated by autograd. Fewer fresh large tensors: each costs page faults
     besides its writes (glibc serves allocations above 32 MiB, e.g. a float32
     ``[32, 1024, 256]``, with a fresh mmap on every call). The backward kernel reads the
-    saved output before the gate instead of recomputing it from the states.
+    saved output before the gate instead of recomputing it from the states, and two of the
+    backward's ``[B, L, d_inner]`` tensors serve twice: the scan input's gradient is written
+    over the out_proj input's gradient, the conv input's gradient over the recomputed out_proj
+    input once its weight gradient is taken (measured at B=32, L=1024, d_model=64, 1 thread:
+    1.06x the speed of fresh tensors for both, fewer page faults).
     """
 
     @staticmethod
@@ -708,23 +713,24 @@ class _NumbaMambaBlockFull(torch.autograd.Function):
         d_dbl = torch.empty_like(dbl)  # dt_low | B | C
         d_dtl, dB, dC = (_np_view(t) for t in d_dbl.split(split, dim=-1))
         y = torch.empty_like(xs)  # out_proj's input, for its weight gradient
-        du, dWt, ddbias, dAt, dD, dh0 = map(
+        g_y_np = _np(g_y)
+        dWt, ddbias, dAt, dD, dh0 = map(
             torch.from_numpy,
             kern.mamba_fused_bwd(
                 _np(xs), dtl, _np(Wt_dt), _np(b_dt), _np(At), Bm, Cm, _np(z), 0, _np(D),
-                _np(keep), _np(ckpt), _np(g_y), _np(dh), every, _np(dz), 0, d_dtl, dB, dC,
-                _np(y), _np(pre),
+                _np(keep), _np(ckpt), g_y_np, _np(dh), every, _np(dz), 0, d_dtl, dB, dC,
+                g_y_np, _np(y), _np(pre),
             ),
         )  # fmt: skip
-        del g_y
+        du = g_y  # (the kernel wrote du over g_y)
         dW_out = dout2.t() @ y.view(-1, d_inner)
         db_out = dout2.sum(0) if ctx.has_bias[1] else None
-        del y
         flat_dbl = d_dbl.view(-1, d_dbl.shape[-1])
         dW_x = flat_dbl.t() @ xs.view(-1, d_inner)
         dxs = du.view(-1, d_inner).addmm_(flat_dbl, W_x).view(batch, length, d_inner)
         del du, flat_dbl, d_dbl
-        dxs_in = torch.empty_like(xs_in)
+        dxs_in = y  # (y is read no more: the conv's input gradient goes into its memory)
+        del y
         dw_conv, db_conv, dhist = map(
             torch.from_numpy,
             kern.conv_silu_bwd(
