@@ -73,3 +73,17 @@ def test_grpo_run_directory_and_exact_resume(tmp_path):
     b = torch.load(split / "checkpoints" / "latest.pt", weights_only=False)["algo"]["policy"]
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+
+def test_grpo_whitening_none_and_team_individual_are_one_configuration(tmp_path):
+    """GRPO's advantage is itself group-relative: 'none' and 'team_individual' both mean no
+    second stage (the help says so), so the two train identically; 'batch' (a second stage)
+    does not."""
+    rows = {}
+    for scheme in ("none", "team_individual", "batch"):
+        run = tmp_path / scheme
+        argv = [*TINY, "--total-steps", "200", "--whitening", scheme, "--run-dir", str(run)]
+        assert main(argv) == 0
+        rows[scheme] = _rows(run)
+    assert len(rows["none"]) >= 2 and rows["none"] == rows["team_individual"]
+    assert rows["batch"] != rows["none"]

@@ -220,7 +220,12 @@ class BaseConfig:
     )
     # ---- advantages and whitening ----------------------------------------------------------
     whitening: str = _f(
-        "team_individual", "Advantage whitening scheme (marl.whitening).", choices=SCHEMES
+        "team_individual",
+        "Advantage whitening scheme (marl.whitening). With --algo grpo it is a second stage on "
+        "GRPO's advantage, which is itself group-relative (returns normalised within group x "
+        "agent type, mixed by --alpha): there 'team_individual' and 'none' both mean no second "
+        "stage and train identically.",
+        choices=SCHEMES,
     )
     alpha: float = _f(0.5, "Team weight when mixing whitened team and individual advantages.")
     whiten_inner: str = _f(

@@ -9,7 +9,9 @@ study          variants
 =============  ================================================================================
 whitening      none, batch, type, team_individual at alpha 0.25 / 0.5 / 0.75 (inner grouping by
                agent type), running (exact running statistics); with a sequence backbone (gru,
-               mamba, mamba2) also position and chunk. Reference: batch.
+               mamba, mamba2) also position and chunk. Reference: batch. With ``--algo grpo``
+               the schemes are a second stage on GRPO's group-relative advantage: none and
+               ti_a0.5 are then one configuration (no second stage).
 calibration    baseline (``--recipe=baseline``: plain batch whitening), then seed 000's staged
                enabling on top of it: value stabilisation (clipped value loss 0.1, 4 value
                epochs, value normalisation; MAPPO only, GRPO has no critic), + batch
@@ -58,9 +60,16 @@ def _whitening(backbone: str, algo: str) -> Study:
     if backbone in SEQUENCE_BACKBONES:
         variants["position"] = ["--whitening=position"]
         variants["chunk"] = ["--whitening=chunk", "--chunk-size=8"]  # as in the grouping study
+    description = "Grouped advantage whitening schemes (DESIGN.md: one grouped kernel)."
+    if algo == "grpo":
+        description += (
+            " With GRPO the schemes are a second stage on top of its group-relative advantage: "
+            "'none' and 'ti_a0.5' are the same configuration (no second stage, alpha 0.5), "
+            "ti_a0.25 / ti_a0.75 change the group-relative mix's alpha."
+        )
     return Study(
         name="whitening",
-        description="Grouped advantage whitening schemes (DESIGN.md: one grouped kernel).",
+        description=description,
         reference="batch",
         variants=variants,
     )
