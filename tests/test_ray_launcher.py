@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from marl.experiments import compare
-from marl.run.runlog import read_metrics
+from marl.run.runlog import TIMING_KEYS, read_metrics
 from marl.run.train import FINISHED_MARKER
 
 TESTS = Path(__file__).resolve().parent
@@ -53,9 +53,9 @@ def _run(out: Path, variant: str, seed: int) -> Path:
 
 
 def _metrics(run: Path) -> list[dict]:
-    """metrics.jsonl without the wall-clock figures."""
+    """metrics.jsonl without the timing figures (wall, CPU, rates)."""
     rows = read_metrics(str(run / "metrics.jsonl"))
-    return [{k: v for k, v in r.items() if "time" not in k and "sps" not in k} for r in rows]
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
 
 
 def _ray_compare(argv: list[str], capsys) -> int:
