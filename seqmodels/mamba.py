@@ -31,7 +31,7 @@ under ``torch.autocast``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -140,6 +140,30 @@ def _step_backend(backend: str, x: Tensor) -> str:
     """Backend for the single-step update: the cuda scan backend has no step kernel here, so
     steps on CUDA use torch ops ("chunked"); "numba" and "reference" are kept as chosen."""
     return "chunked" if backend in ("cuda", "auto") and x.is_cuda else backend
+
+
+def _cached_step_views(
+    block: nn.Module,
+    backend: str,
+    x: Tensor,
+    params: tuple[Tensor | None, ...],
+    build: Callable[[], tuple | None],
+) -> tuple | None:
+    """The step kernel's parameter views of ``block`` (Mamba or Mamba2), cached in
+    ``block._step_views_cache`` keyed on the ``data_ptr`` of ``params`` (the conv weight
+    first; None entries allowed): ``build()`` on a miss; None where the step takes the general
+    path (backend not numba for x, conv weight not of x's dtype, or ``build`` says so)."""
+    conv_w = params[0]
+    assert conv_w is not None
+    if conv_w.dtype != x.dtype or resolve_backend(backend, x.device, x.dtype) != "numba":
+        return None
+    key = tuple(0 if t is None else t.data_ptr() for t in params)
+    cached = block._step_views_cache
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    views = build()
+    block._step_views_cache = None if views is None else (key, views)
+    return views
 
 
 def _check_backend(backend: str) -> str:
@@ -378,19 +402,16 @@ class Mamba(nn.Module):
         parameter (an optimizer step) is read by the next step as is; the cache is keyed on
         the parameters' ``data_ptr`` (a replaced tensor, ``module.to(...)``, rebuilds it)."""
         conv_w, conv_b = self.conv1d.weight, self.conv1d.bias
-        if conv_w.dtype != x.dtype or resolve_backend(backend, x.device, x.dtype) != "numba":
-            return None
         params = (conv_w, conv_b, self.x_proj.weight, self.dt_proj.weight, self.dt_proj.bias)
-        params += (self.A_log, self.D)
-        key = tuple(0 if t is None else t.data_ptr() for t in params)
-        cached = self._step_views_cache
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        views = numba_ops.mamba_step_views(
-            (conv_w, conv_b), params[2], (params[3], params[4]), self.A_log, self.D
+        return _cached_step_views(
+            self,
+            backend,
+            x,
+            params + (self.A_log, self.D),
+            lambda: numba_ops.mamba_step_views(
+                (conv_w, conv_b), params[2], (params[3], params[4]), self.A_log, self.D
+            ),
         )
-        self._step_views_cache = None if views is None else (key, views)
-        return views
 
 
 # --------------------------------------------------------------------------------------------
@@ -576,6 +597,8 @@ class Mamba2(nn.Module):
                 **factory,
             )
         self.out_proj = nn.Linear(self.d_inner, d_model, bias=bias, **factory)
+        # (parameter data_ptrs, numpy views of the step kernel's parameters): see _step_views
+        self._step_views_cache: tuple[tuple[int, ...], tuple] | None = None
 
     # -- state -----------------------------------------------------------------------------
 
@@ -702,9 +725,25 @@ class Mamba2(nn.Module):
             conv_state, ssm_state = self.initial_state(batch, device=x.device, dtype=x.dtype)
         else:
             conv_state, ssm_state = _check_state(state, self._state_shapes(), batch)
+        # in_proj, then the rest of the block but out_proj in one numba kernel on CPU (resets,
+        # conv + SiLU, step size, state update, D skip, gated norm, gated-MLP channels), then
+        # out_proj; the general path below is its readable twin
+        zxbcdt = F.linear(x, self.in_proj.weight, self.in_proj.bias)
+        same_dtype = conv_state.dtype == ssm_state.dtype == zxbcdt.dtype == x.dtype
+        if same_dtype and not torch.is_grad_enabled():
+            views = self._step_views(_step_backend(self.backend, x), x)
+            if views is not None:  # rollouts: the fused kernel on cached parameter views
+                norm = (self.norm.eps, self.norm.norm_before_gate) if self.rmsnorm else (0.0, False)
+                y, conv_state, ssm_state = numba_ops.mamba2_step_numba_views(
+                    zxbcdt, conv_state, ssm_state, reset, views, norm, self.dt_limit
+                )
+                return F.linear(y, self.out_proj.weight, self.out_proj.bias), (
+                    conv_state,
+                    ssm_state,
+                )
         if reset is not None:
             conv_state, ssm_state = _zero_rows(conv_state, reset), _zero_rows(ssm_state, reset)
-        z0, x0, z, xBC, dt = self._split_in_proj(self.in_proj(x))
+        z0, x0, z, xBC, dt = self._split_in_proj(zxbcdt)
         xBC, conv_state = conv_step_silu(
             conv_state, xBC, self.conv1d.weight, self.conv1d.bias, _step_backend(self.backend, x)
         )
@@ -726,6 +765,24 @@ class Mamba2(nn.Module):
         y = y + self._skip(xh)
         y = rearrange(y, "b h p -> b (h p)")
         return self._output(y, z, z0, x0), (conv_state, h.to(ssm_state.dtype))
+
+    def _step_views(self, backend: str, x: Tensor) -> tuple | None:
+        """numpy views of the step kernel's parameters (``numba_ops.mamba2_step_views``), or
+        None where :meth:`step` takes the general path (backend not numba for x, parameters not
+        contiguous CPU tensors of x's dtype). Views, not values: an in-place update of a
+        parameter (an optimizer step) is read by the next step as is; the cache is keyed on
+        the parameters' ``data_ptr`` (a replaced tensor, ``module.to(...)``, rebuilds it)."""
+        conv_w, conv_b = self.conv1d.weight, self.conv1d.bias
+        norm_weight = self.norm.weight if self.rmsnorm else None
+        return _cached_step_views(
+            self,
+            backend,
+            x,
+            (conv_w, conv_b, self.dt_bias, self.A_log, self.D, norm_weight),
+            lambda: numba_ops.mamba2_step_views(
+                (conv_w, conv_b), self.dt_bias, self.A_log, self.D, norm_weight
+            ),
+        )
 
 
 __all__ = ["Mamba", "Mamba2", "RMSNormGated", "causal_conv_silu", "masked_causal_conv"]

@@ -25,7 +25,10 @@ Besides them, ``seqmodels.Mamba.step``'s rollout entry (not in ``__all__``):
 from them, so in-place optimizer updates are read as they happen; the module keys its cache on
 the parameters' ``data_ptr``) and ``mamba_step_numba_views`` (``mamba_step_numba``'s kernel on
 those views, A = -exp(A_log) computed in the kernel), tested through ``Mamba.step`` against
-the twin, after in-place and replaced parameter updates too.
+the twin, after in-place and replaced parameter updates too. ``seqmodels.Mamba2.step``'s
+likewise: ``mamba2_step_views`` and ``mamba2_step_numba_views`` (the whole step after in_proj
+in one kernel, ``numba_jit.mamba2_step_fused``), tested through ``Mamba2.step`` against its
+general path (``tests/test_mamba2_step_fused.py``).
 
 The sequence ops are ``torch.autograd.Function``s whose backward is its own kernel: the
 forward keeps only per-chunk checkpoint states (every ``NUMBA_CHECKPOINT_EVERY`` steps), the
@@ -927,6 +930,62 @@ def mamba_step_numba_views(
         y, new_conv, new_ssm = _jit().mamba_step_fused(
             _np(xz), _np(conv_state), _np(ssm_state), flags, *views, True
         )
+    return torch.from_numpy(y), torch.from_numpy(new_conv), torch.from_numpy(new_ssm)
+
+
+def mamba2_step_views(
+    conv: tuple[Tensor, Tensor | None],
+    dt_bias: Tensor,
+    A_log: Tensor,
+    D: Tensor,
+    norm_weight: Tensor | None,
+) -> tuple[Any, ...] | None:
+    """numpy views of a Mamba2 block's step parameters for :func:`mamba2_step_numba_views`
+    (as :func:`mamba_step_views`: no copies, nothing computed from them; the caller keys its
+    cache on the parameters' ``data_ptr``): conv (``[conv_dim, 1, d_conv]`` weight, bias or
+    None), dt_bias, A_log ``[nheads]``, D ``[nheads]`` or ``[d_ssm]``, the gated norm's weight
+    ``[d_ssm]`` or None (no norm). None unless every parameter is a contiguous CPU tensor of
+    one floating dtype (the caller then takes the general path)."""
+    conv_w, conv_b = conv
+    params = [conv_w, dt_bias, A_log, D]
+    params += [t for t in (conv_b, norm_weight) if t is not None]
+    dtype = params[0].dtype
+    if dtype not in _NP_DTYPES or any(
+        t.device.type != "cpu" or t.dtype != dtype or not t.is_contiguous() for t in params
+    ):
+        return None
+    np_dtype = _NP_DTYPES[dtype]
+    conv_dim = conv_w.shape[0]
+    bias = np.zeros(conv_dim, dtype=np_dtype) if conv_b is None else _np(conv_b)
+    weight = np.zeros(0, dtype=np_dtype) if norm_weight is None else _np(norm_weight)
+    return (_np(conv_w.view(conv_dim, -1)), bias, *(_np(t) for t in (dt_bias, A_log, D)), weight)
+
+
+def mamba2_step_numba_views(
+    zxbcdt: Tensor,
+    conv_state: Tensor,
+    ssm_state: Tensor,
+    reset: Tensor | None,
+    views: tuple,
+    norm: tuple[float, bool],
+    dt_limit: tuple[float, float],
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A Mamba2 step after in_proj in one kernel (``numba_jit.mamba2_step_fused``), the
+    rollout path of ``seqmodels.Mamba2.step`` (its general path is the readable twin):
+    zxbcdt ``[B, d_in_proj]`` (in_proj's output, read in place), conv_state ``[B, conv_dim,
+    d_conv]``, ssm_state ``[B, nheads, headdim, d_state]``, reset ``[B]`` bool or None,
+    views from :func:`mamba2_step_views`, norm (eps, norm_before_gate) of the gated RMSNorm,
+    dt_limit (low, high) the step size's clamp ((0, inf): none). Returns (y ``[B, d_inner]``,
+    out_proj's input; new conv state; new SSM state). zxbcdt and the states must have the
+    views' dtype."""
+    flags = np.zeros(zxbcdt.shape[0], dtype=np.bool_) if reset is None else _np(reset)
+    eps, norm_before_gate = norm
+    clamp = tuple(dt_limit) != (0.0, float("inf"))
+    with torch_thread_count():
+        y, new_conv, new_ssm = _jit().mamba2_step_fused(
+            _np(zxbcdt), _np(conv_state), _np(ssm_state), flags, *views,
+            float(eps), bool(norm_before_gate), float(dt_limit[0]), float(dt_limit[1]), clamp,
+        )  # fmt: skip
     return torch.from_numpy(y), torch.from_numpy(new_conv), torch.from_numpy(new_ssm)
 
 
