@@ -625,16 +625,23 @@ def conv_step_silu(conv_state, x, w, bias):
     out = np.empty((batch, channels), dtype=x.dtype)
     one = x.dtype.type(1)  # (a literal 1 would make the float32 SiLU a float64 one)
     for b in prange(batch):
-        for c in range(channels):
-            acc = bias[c]
-            for k in range(width - 1):
-                v = conv_state[b, c, k + 1]
-                new_state[b, c, k] = v
-                acc += v * w[c, k]
-            v = x[b, c]
-            new_state[b, c, width - 1] = v
-            acc += v * w[c, width - 1]
-            out[b, c] = acc
+        old, ns, xb, ob = conv_state[b], new_state[b], x[b], out[b]
+        if width == 4:  # the default d_conv unrolled: measured 77 -> 25 us at B=128, C=128
+            for c in range(channels):
+                v1, v2, v3, v4 = old[c, 1], old[c, 2], old[c, 3], xb[c]
+                ns[c, 0], ns[c, 1], ns[c, 2], ns[c, 3] = v1, v2, v3, v4
+                wc = w[c]
+                ob[c] = (((bias[c] + v1 * wc[0]) + v2 * wc[1]) + v3 * wc[2]) + v4 * wc[3]
+        else:
+            for c in range(channels):
+                acc = bias[c]
+                for k in range(width - 1):
+                    v = old[c, k + 1]
+                    ns[c, k] = v
+                    acc += v * w[c, k]
+                v = xb[c]
+                ns[c, width - 1] = v
+                ob[c] = acc + v * w[c, width - 1]
         for c in range(channels):  # SiLU in its own loop, which vectorises
             v = out[b, c]
             out[b, c] = v / (one + fexp(-v))
@@ -1270,15 +1277,22 @@ def mamba_step_fused(
         old_conv = zero_conv if reset[b] else conv_state[b]
         xr = xz[b]
         nc = new_conv[b]
-        for c in range(d_inner):
-            a = conv_b[c]
-            for k in range(width - 1):
-                v = old_conv[c, k + 1]
-                nc[c, k] = v
-                a += v * conv_w[c, k]
-            v = xr[c]
-            nc[c, width - 1] = v
-            xs[c] = a + v * conv_w[c, width - 1]
+        if width == 4:  # the default d_conv unrolled: measured 255 -> 230 us at B=128 (float32)
+            for c in range(d_inner):
+                v1, v2, v3, v4 = old_conv[c, 1], old_conv[c, 2], old_conv[c, 3], xr[c]
+                nc[c, 0], nc[c, 1], nc[c, 2], nc[c, 3] = v1, v2, v3, v4
+                wc = conv_w[c]
+                xs[c] = (((conv_b[c] + v1 * wc[0]) + v2 * wc[1]) + v3 * wc[2]) + v4 * wc[3]
+        else:
+            for c in range(d_inner):
+                a = conv_b[c]
+                for k in range(width - 1):
+                    v = old_conv[c, k + 1]
+                    nc[c, k] = v
+                    a += v * conv_w[c, k]
+                v = xr[c]
+                nc[c, width - 1] = v
+                xs[c] = a + v * conv_w[c, width - 1]
         for c in range(d_inner):  # SiLU in its own loop, which vectorises
             v = xs[c]
             xs[c] = v / (one + fexp(-v))
