@@ -767,11 +767,7 @@ class Mamba2(nn.Module):
         return self._output(y, z, z0, x0), (conv_state, h.to(ssm_state.dtype))
 
     def _step_views(self, backend: str, x: Tensor) -> tuple | None:
-        """numpy views of the step kernel's parameters (``numba_ops.mamba2_step_views``), or
-        None where :meth:`step` takes the general path (backend not numba for x, parameters not
-        contiguous CPU tensors of x's dtype). Views, not values: an in-place update of a
-        parameter (an optimizer step) is read by the next step as is; the cache is keyed on
-        the parameters' ``data_ptr`` (a replaced tensor, ``module.to(...)``, rebuilds it)."""
+        """As :meth:`Mamba._step_views`, for ``numba_ops.mamba2_step_views``."""
         conv_w, conv_b = self.conv1d.weight, self.conv1d.bias
         norm_weight = self.norm.weight if self.rmsnorm else None
         return _cached_step_views(
