@@ -87,6 +87,7 @@ __all__ = [
     "plan_runs",
     "run_finished",
     "run_state",
+    "at_env_steps_dir",
     "LocalLauncher",
     "RayLauncher",
     "execute_runs",
@@ -1122,6 +1123,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="Start no run: aggregate what OUT holds (unfinished runs listed as missing).",
     )
     p.add_argument(
+        "--at-env-steps",
+        type=int,
+        action="append",
+        metavar="N",
+        help="Also score the runs at N env steps (repeatable): each run's validation "
+        "evaluation logged last at or before N (runs evaluate every --eval-every updates) "
+        "instead of its final eval.json, curves up to N; runs that stopped earlier are left "
+        "out. Written to OUT/at_<N>_env_steps/ (OUT's own report is unchanged). Compares "
+        "time-budgeted runs at equal samples when nothing is scheduled over the budget "
+        "(constant learning rate and entropy coefficient, the defaults).",
+    )
+    p.add_argument(
         "--dry-run", action="store_true", help="Validate and print the run commands; run nothing."
     )
     p.add_argument("--no-progress", action="store_true", help="No tqdm progress bar.")
@@ -1145,6 +1158,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def at_env_steps_dir(out: str, env_steps: int) -> str:
+    """Where ``--at-env-steps N`` writes its report: ``OUT/at_<N>_env_steps``."""
+    return os.path.join(out, f"at_{env_steps}_env_steps")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns the exit code (0: all runs finished, 1: some failed/missing)."""
     from marl.experiments import report
@@ -1164,6 +1182,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise CompareError(f"--bootstrap-reps must be >= 1, got {args.bootstrap_reps}")
         if not 0.0 < args.confidence < 1.0:
             raise CompareError(f"--confidence must be in (0, 1), got {args.confidence}")
+        for n in args.at_env_steps or []:
+            if n < 1:
+                raise CompareError(
+                    f"--at-env-steps must be a positive number of env steps, got {n}"
+                )
         runs = plan_runs(spec)
         if args.dry_run:
             status = _load_status(spec.out)
@@ -1194,22 +1217,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         except CompareError as exc:
             parser.exit(2, f"{parser.prog}: error: {exc}\n")
     records = collect_runs(spec, runs)
-    summary = report.build_summary(
-        spec,
-        records,
-        reps=args.bootstrap_reps,
-        seed=args.bootstrap_seed,
-        confidence=args.confidence,
-        entropy_threshold=args.entropy_threshold,
-        command=shlex.join(["python", "-m", "marl.compare", *raw_argv]),
-        wall_s=time.time() - t0,
-        title=args.title,
-    )
-    report.write_all(summary, spec.out, plots=not args.no_plots)
-    for warning in summary["warnings"]:
-        print(f"warning: {warning}", file=sys.stderr)
-    print(f"report: {os.path.join(spec.out, 'report.md')}")
-    print(f"summary: {os.path.join(spec.out, 'summary.json')}")
+    for at_env_steps in [None, *(args.at_env_steps or [])]:
+        summary = report.build_summary(
+            spec,
+            records,
+            reps=args.bootstrap_reps,
+            seed=args.bootstrap_seed,
+            confidence=args.confidence,
+            entropy_threshold=args.entropy_threshold,
+            command=shlex.join(["python", "-m", "marl.compare", *raw_argv]),
+            wall_s=time.time() - t0,
+            title=args.title,
+            at_env_steps=at_env_steps,
+        )
+        out = spec.out if at_env_steps is None else at_env_steps_dir(spec.out, at_env_steps)
+        report.write_all(summary, out, plots=not args.no_plots)
+        for warning in summary["warnings"]:
+            print(f"warning: {warning}", file=sys.stderr)
+        print(f"report: {os.path.join(out, 'report.md')}")
+        print(f"summary: {os.path.join(out, 'summary.json')}")
     n_bad = sum(r["status"] != "finished" for r in records)
     return 1 if n_bad else 0
 

@@ -207,6 +207,16 @@ def _mean_curves(
     return {"env_steps": grid.tolist(), "mean": values.mean(axis=0).tolist(), "n": len(curves)}
 
 
+def _metric_label(metric: str, at_env_steps: int | None) -> str:
+    """The metric's label; scored at N env steps, "final ..." becomes "... at N env steps"."""
+    label = _ALL_METRICS[metric][2]
+    if at_env_steps is None:
+        return label
+    if _ALL_METRICS[metric][0] == "auc":
+        return f"{label} up to {at_env_steps} env steps"
+    return f"{label.removeprefix('final ')} at {at_env_steps} env steps"
+
+
 def build_summary(
     spec: CompareSpec,
     records: Sequence[Mapping[str, Any]],
@@ -218,6 +228,7 @@ def build_summary(
     command: str | None = None,
     wall_s: float | None = None,
     title: str | None = None,
+    at_env_steps: int | None = None,
 ) -> dict[str, Any]:
     """All figures of a comparison as one JSON-able mapping (see the module docstring).
 
@@ -225,7 +236,16 @@ def build_summary(
     statistics; failed and missing runs are listed with their errors and counted, and produce
     warnings. Each bootstrap uses a seed derived from ``seed`` and the figure's name, so the
     summary is reproducible and independent of the variants' order.
+
+    ``at_env_steps=N`` scores every run as it stood after N env steps
+    (:func:`marl.experiments.stats.run_at_env_steps`: the validation evaluation logged last at
+    or before N instead of eval.json, the curves up to N): equal samples from runs trained on
+    a time budget. Runs that stopped before N, or logged no evaluation by then, get the status
+    ``short`` and are excluded; runs whose config ties a schedule to the budget are named in a
+    warning.
     """
+    if at_env_steps is not None and at_env_steps < 1:
+        raise ValueError(f"at_env_steps must be a positive number of env steps, got {at_env_steps}")
     warnings: list[str] = []
     variant_names = [v.name for v in spec.variants]
     loaded: dict[str, list[stats.RunData]] = {name: [] for name in variant_names}
@@ -239,11 +259,35 @@ def build_summary(
             except ValueError as exc:
                 row.update(status="failed", error=f"unreadable results: {exc}")
             else:
+                reason = None
+                if at_env_steps is not None:
+                    run, reason = stats.run_at_env_steps(run, at_env_steps)
+                if run is None:
+                    row.update(status="short", error=reason)
+                    warnings.append(
+                        f"run {rec['variant']}/seed_{rec['seed']} is excluded at "
+                        f"{at_env_steps} env steps: {reason}"
+                    )
+                    run_rows.append(row)
+                    continue
                 loaded[rec["variant"]].append(run)
                 row["eval"] = run.eval
                 steps = [r.get("env_steps") for r in run.records]
                 steps = [x for x in steps if isinstance(x, int | float)]
                 row["env_steps"] = max(steps) if steps else None
+                if at_env_steps is not None:
+                    row["eval_env_steps"] = run.eval["env_steps"]
+                    budget_bound = {
+                        k: (run.config or {}).get(k)
+                        for k, free in stats.BUDGET_FREE_SETTINGS.items()
+                        if (run.config or {}).get(k, free) != free
+                    }
+                    if budget_bound:
+                        warnings.append(
+                            f"run {rec['variant']}/seed_{rec['seed']} has a schedule over "
+                            f"training progress ({budget_bound}): its state at "
+                            f"{at_env_steps} env steps depends on its total budget"
+                        )
                 if run.bad_lines:
                     warnings.append(
                         f"{rec['variant']}/seed_{rec['seed']}: {run.bad_lines} unparsable "
@@ -352,6 +396,9 @@ def build_summary(
             "n_missing": sum(
                 1 for r in run_rows if r["variant"] == v.name and r["status"] == "missing"
             ),
+            "n_short": sum(
+                1 for r in run_rows if r["variant"] == v.name and r["status"] == "short"
+            ),
             "metrics": per_metric,
             "curves": curves,
             "stability": stats.aggregate_stability(per_run_stability) if runs else None,
@@ -384,9 +431,8 @@ def build_summary(
             )
             improvement[v.name][metric] = poi
             if metric in METRICS:
-                sentences.append(
-                    stats.verdict(v.name, ref, METRICS[metric][2], poi, confidence=confidence)
-                )
+                label = _metric_label(metric, at_env_steps)
+                sentences.append(stats.verdict(v.name, ref, label, poi, confidence=confidence))
     for name, entry in variants.items():
         entry["probability_of_improvement"] = improvement.get(name)  # None for the reference
 
@@ -397,6 +443,8 @@ def build_summary(
     }
     if title is None:
         title = f"Study '{spec.study}'" if spec.study else "Comparison of variants"
+        if at_env_steps is not None:
+            title += f" at {at_env_steps} env steps"
     return {
         "schema_version": 1,
         "title": title,
@@ -406,6 +454,7 @@ def build_summary(
         "config": spec.config,
         "common": spec.common,
         "budget": budget,
+        "at_env_steps": at_env_steps,
         "seeds": spec.seeds,
         "jobs": spec.jobs,
         "reference": ref,
@@ -420,7 +469,7 @@ def build_summary(
             k: {
                 "source": _ALL_METRICS[k][0],
                 "key": _ALL_METRICS[k][1],
-                "label": _ALL_METRICS[k][2],
+                "label": _metric_label(k, at_env_steps),
                 "descriptive": k in DESCRIPTIVE_METRICS,
             }
             for k in reported
@@ -514,6 +563,16 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
         "P(improvement) is above (or below) 0.5.",
         "",
     ]
+    at_steps = s.get("at_env_steps")
+    if at_steps is not None:
+        lines += [
+            f"**Scored at {at_steps} env steps**, not at the end of the runs: each run's "
+            f"validation evaluation logged last at or before {at_steps} env steps (runs "
+            "evaluate every `eval_every` updates: the counts are in the last column of the "
+            "variants table) stands in for its eval.json, and the curves stop there. Runs that "
+            "stopped before that count are excluded (status `short`).",
+            "",
+        ]
     if s["warnings"]:
         lines += ["## Warnings", ""]
         lines += [f"- {w}" for w in s["warnings"]]
@@ -523,24 +582,24 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
     lines.append("")
     lines += _seed_claim_section(s)
 
+    steps_column = "env steps reached" if at_steps is None else "evaluated at (env steps)"
     lines += [
         "## Variants",
         "",
-        "| variant | options | finished | failed | missing | env steps reached |",
+        f"| variant | options | finished | failed | missing | {steps_column} |",
         "|---|---|---|---|---|---|",
     ]
+    step_key = "env_steps" if at_steps is None else "eval_env_steps"
     for name, v in s["variants"].items():
         opts = " ".join(v["args"]) or "(none)"
         mark = " (reference)" if name == s["reference"] else ""
         steps = [
-            r["env_steps"]
-            for r in s["runs"]
-            if r["variant"] == name and r.get("env_steps") is not None
+            r[step_key] for r in s["runs"] if r["variant"] == name and r.get(step_key) is not None
         ]
         steps_text = "-" if not steps else f"{min(steps):.0f}–{max(steps):.0f}"
         lines.append(
             f"| {name}{mark} | `{opts}` | {v['n_finished']} | {v['n_failed']} | "
-            f"{v['n_missing']} | {steps_text} |"
+            f"{v['n_missing'] + v.get('n_short', 0)} | {steps_text} |"
         )
     if budget["max_time"] is not None:
         lines += [

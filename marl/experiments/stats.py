@@ -37,6 +37,7 @@ import numpy as np
 __all__ = [
     "RunData",
     "load_run",
+    "run_at_env_steps",
     "seeded_global_rng",
     "derive_seed",
     "iqm",
@@ -398,6 +399,51 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
             loaded_cfg = yaml.safe_load(fh)
         data.config = loaded_cfg if isinstance(loaded_cfg, dict) else None
     return data
+
+
+#: Config fields whose values make a run's state at N env steps depend on its total budget
+#: (schedules over training progress): field -> the value that does not.
+BUDGET_FREE_SETTINGS: dict[str, Any] = {
+    "lr_schedule": "constant",
+    "ent_coef_final": None,
+    "penalty_beta_schedule": "none",
+}
+
+
+def run_at_env_steps(run: RunData, env_steps: float) -> tuple[RunData | None, str | None]:
+    """``run`` as it stood after ``env_steps`` env steps, for comparisons at equal samples.
+
+    Returns ``(truncated, None)``: the metrics.jsonl rows with ``env_steps <= env_steps``, and as
+    ``eval`` the validation evaluation logged last at or before that count (the row's
+    ``eval/<name>`` fields as ``<name>``, plus ``env_steps``: the count it was logged at). Or
+    ``(None, reason)`` when the run stopped before ``env_steps`` or logged no validation
+    evaluation by then (runs evaluate every ``eval_every`` updates).
+
+    A run's rows up to N env steps are those of a run trained for exactly N steps only when
+    nothing depends on the budget (no learning-rate, entropy or penalty schedule over training
+    progress; :data:`BUDGET_FREE_SETTINGS`): callers check ``run.config`` for that.
+    """
+    limit = float(env_steps)
+    steps = [x for x in (_number(r.get("env_steps")) for r in run.records) if x is not None]
+    if not steps or max(steps) < limit:
+        reached = f"{max(steps):.0f}" if steps else "no"
+        return None, f"trained {reached} env steps, fewer than {limit:.0f}"
+    kept = [r for r in run.records if (x := _number(r.get("env_steps"))) is not None and x <= limit]
+    evals = [r for r in kept if _number(r.get("eval/success_rate")) is not None]
+    if not evals:
+        return None, f"no validation evaluation logged at or before {limit:.0f} env steps"
+    last = evals[0]
+    for row in evals:  # the latest count; of equal counts (a resumed run) the last logged
+        if row["env_steps"] >= last["env_steps"]:
+            last = row
+    evaluation: dict[str, Any] = {
+        key[len("eval/") :]: value for key, value in last.items() if key.startswith("eval/")
+    }
+    evaluation["env_steps"] = last["env_steps"]
+    return (
+        RunData(run_dir=run.run_dir, eval=evaluation, records=kept, config=run.config),
+        None,
+    )
 
 
 def _number(value: Any) -> float | None:
