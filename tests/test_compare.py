@@ -218,8 +218,21 @@ def test_studies_validate_with_parse_cli(backbone: str) -> None:
     assert all(parse_cli(a).env.get("preset") == "memory" for a in mem.values())
     if backbone != "mlp":
         grouping = get_study("grouping", backbone=backbone).variants
-        schemes = {parse_cli([f"--backbone={backbone}", *a]).whitening for a in grouping.values()}
-        assert schemes == {"type", "position", "chunk"}
+        configs = {n: parse_cli([f"--backbone={backbone}", *a]) for n, a in grouping.items()}
+        assert {c.whitening for c in configs.values()} == {"team_individual"}
+        assert {n: c.whiten_inner for n, c in configs.items()} == {
+            "type": "type",
+            "position": "position",
+            "chunk": "chunk",
+        }
+        assert configs["chunk"].chunk_size == 8
+        # the reference is the default configuration (its runs are the memory study's)
+        default = parse_cli([f"--backbone={backbone}"])
+        assert (default.whitening, default.alpha, default.whiten_inner) == (
+            configs["type"].whitening,
+            configs["type"].alpha,
+            configs["type"].whiten_inner,
+        )
     with pytest.raises(ValueError, match="unknown study"):
         get_study("nope")
 

@@ -21,9 +21,12 @@ calibration    baseline (``--recipe=baseline``: plain batch whitening), then see
                baseline.
 memory         mlp vs gru vs mamba vs mamba2 backbones on the memory preset of the environment
                (``--env.preset=memory``: no minimap, long episodes). Reference: mlp.
-grouping       sequence backbones only (gru, mamba, mamba2): whitening per agent type vs per
+grouping       sequence backbones only (gru, mamba, mamba2): the default scheme
+               (team_individual: team and individual advantages whitened separately, mixed
+               by alpha 0.5) with its statistics grouped per agent type (the default) vs per
                position in the training window vs per chunk of 8 positions (seed 003's
-               pairing). Reference: type.
+               pairing). Only the group key differs, so the study says which default
+               grouping sequence backbones should have. Reference: type.
 =============  ================================================================================
 """
 
@@ -143,19 +146,22 @@ def _grouping(backbone: str, algo: str) -> Study:
             f"sequence backbone ({', '.join(SEQUENCE_BACKBONES)}); got --backbone={backbone}: "
             "add --common=--backbone=mamba (for example)"
         )
+    default_scheme = ["--whitening=team_individual", "--alpha=0.5"]
     return Study(
         name="grouping",
         description=(
-            "Seed 003's pairing for sequence backbones: advantages whitened per agent type vs "
-            "per position in the training window vs per chunk of positions."
+            "Seed 003's pairing for sequence backbones: the default whitening (team and "
+            "individual advantages whitened separately, mixed by alpha) with its statistics "
+            "grouped per agent type vs per position in the training window vs per chunk of "
+            "positions."
         ),
         reference="type",
         variants={
-            "type": ["--whitening=type"],
-            "position": ["--whitening=position"],
+            "type": [*default_scheme, "--whiten-inner=type"],
+            "position": [*default_scheme, "--whiten-inner=position"],
             # 8 positions a chunk: 2 chunks of gru's 16-step window, 8 of mamba's 64 (the
             # default chunk_size, 64, would be one chunk of mamba's window: batch whitening)
-            "chunk": ["--whitening=chunk", "--chunk-size=8"],
+            "chunk": [*default_scheme, "--whiten-inner=chunk", "--chunk-size=8"],
         },
     )
 
