@@ -189,3 +189,11 @@ def test_help_names_the_option() -> None:
 
 def test_output_directory_name() -> None:
     assert compare.at_env_steps_dir("out", 2_000_000) == str(Path("out") / "at_2000000_env_steps")
+
+
+def test_report_says_the_comparison_is_per_env_step(compared) -> None:
+    text = compared["report400"]
+    assert "the comparison is per env step" in text
+    assert "per unit of compute" not in text and "per time, not per step" not in text
+    assert "`eval/success_rate` of the evaluation at 400 env steps" in text
+    assert "`success_rate` of eval.json" not in text

@@ -601,7 +601,13 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
             f"| {name}{mark} | `{opts}` | {v['n_finished']} | {v['n_failed']} | "
             f"{v['n_missing'] + v.get('n_short', 0)} | {steps_text} |"
         )
-    if budget["max_time"] is not None:
+    if at_steps is not None:
+        lines += [
+            "",
+            f"Every run is scored at the same sample count ({at_steps} env steps), whatever its "
+            "budget let it reach: the comparison is per env step, not per unit of time.",
+        ]
+    elif budget["max_time"] is not None:
         lines += [
             "",
             "The budget is wall-clock time: runs that shared the CPU with others reached "
@@ -620,11 +626,12 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
 
     lines += ["## Results", ""]
     for metric, meta in s["metrics"].items():
-        source = (
-            f"`{meta['key']}` of eval.json"
-            if meta["source"] == "eval"
-            else f"step-weighted mean of `{meta['key']}` over training (metrics.jsonl)"
-        )
+        if meta["source"] != "eval":
+            source = f"step-weighted mean of `{meta['key']}` over training (metrics.jsonl)"
+        elif at_steps is None:
+            source = f"`{meta['key']}` of eval.json"
+        else:
+            source = f"`eval/{meta['key']}` of the evaluation at {at_steps} env steps"
         lines += [f"### {meta['label']} ({source})", ""]
         compare = f"P(improvement over {s['reference']})"
         if meta.get("descriptive"):
