@@ -13,7 +13,7 @@ set -euo pipefail
 if [ $# -ne 2 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
     sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; [ $# -eq 2 ] && exit 0; exit 2
 fi
-SRC="$1"; DEST="$2"
+SRC="${1%/}"; DEST="${2%/}"
 [ -f "$SRC/compare.json" ] || { echo "persist_runs.sh: $SRC has no compare.json (not a marl.compare --out directory)" >&2; exit 2; }
 mkdir -p "$DEST"
 cp "$SRC/compare.json" "$DEST/"
