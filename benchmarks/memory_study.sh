@@ -3,7 +3,7 @@
 # and every part skips its finished runs and resumes the interrupted ones.
 #
 #   bash benchmarks/memory_study.sh [--out DIR] [--cpu S] [--seeds K] [--jobs J] [--dry-run]
-#                                   [--parts memory,grouping_mamba,family,grouping_mamba2]
+#                                   [--parts memory,family,grouping_mamba,grouping_mamba2]
 #
 # Parts, in this order (each a `python -m marl.compare` directory under --out):
 #   memory           mlp / gru / mamba / mamba2 on the memory preset, K seeds, S CPU seconds
@@ -11,16 +11,18 @@
 #                    `python -m marl.compare --study memory ... --report-only --at-env-steps N`
 #                    with N a count every run reached and a multiple of the sequence
 #                    backbones' evaluation cadence (eval_every x rollout_steps x num_envs).
+#   family           gru vs mamba on three memory-family configurations drawn at random
+#                    (Python's random.Random(20261202); no tuning on them), 3 seeds each.
 #   grouping_mamba   the default whitening grouped per type / position / chunk with mamba.
 #                    Its 'type' arm is the default configuration: the memory part's mamba runs
 #                    (same code, seeds, budget and resolved config) are copied in, not rerun.
-#   family           gru vs mamba on three memory-family configurations drawn at random
-#                    (Python's random.Random(20261202); no tuning on them), 3 seeds each.
 #   grouping_mamba2  as grouping_mamba with mamba2.
 #
 # The variants are spelled out with --variant (not --study), so that a checkout that predates
-# the grouping study's current definition runs the same configurations. Publish a part by
-# copying its report.md, summary.json and plots/ (and at_*_env_steps/) to docs/results/.
+# the grouping study's current definition runs the same configurations. Keep finished runs in
+# the repository as they finish (`bash benchmarks/persist_runs.sh OUT/PART
+# docs/results/memory_study/PART`, then commit): a session's machine does not outlive it.
+# Publish a part by adding its report.md, summary.json and plots/ (and at_*_env_steps/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,10 +30,10 @@ OUT=runs/memory_study
 CPU=600
 SEEDS=8
 JOBS=1
-PARTS=memory,grouping_mamba,family,grouping_mamba2
+PARTS=memory,family,grouping_mamba,grouping_mamba2
 DRY=""
 PY="${PYTHON:-.venv/bin/python}"
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT="$2"; shift 2 ;;
