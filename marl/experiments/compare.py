@@ -66,6 +66,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -757,23 +758,59 @@ class RayLauncher:
 
     def stop(self, tasks: list[_RayTask], grace_s: float) -> list[int | None]:
         """Cancel the tasks (each sends its train process SIGTERM: a checkpoint is written),
-        wait up to ``grace_s`` (plus the tasks' own grace), then force-cancel the rest."""
-        for task in tasks:
-            self.ray.cancel(task.ref)
-        refs = [task.ref for task in tasks]
-        self.ray.wait(refs, num_returns=len(refs), timeout=grace_s + STOP_GRACE_S)
-        out: list[int | None] = []
-        for task in tasks:
-            if self.ray.wait([task.ref], timeout=0)[0]:
-                out.append(self._result(task, cancelled=True))
-            else:
-                self.ray.cancel(task.ref, force=True)
-                out.append(None)
+        wait up to ``grace_s`` (plus the tasks' own grace), then force-cancel the rest. Should
+        Ray itself hang (its cancel can deadlock), compare exits after
+        :data:`RAY_STOP_MARGIN_S` more seconds (:func:`_exit_if_stuck`)."""
+        with _exit_if_stuck(grace_s + STOP_GRACE_S + RAY_STOP_MARGIN_S, "stop its tasks"):
+            for task in tasks:
+                self.ray.cancel(task.ref)
+            refs = [task.ref for task in tasks]
+            self.ray.wait(refs, num_returns=len(refs), timeout=grace_s + STOP_GRACE_S)
+            out: list[int | None] = []
+            for task in tasks:
+                if self.ray.wait([task.ref], timeout=0)[0]:
+                    out.append(self._result(task, cancelled=True))
+                else:
+                    self.ray.cancel(task.ref, force=True)
+                    out.append(None)
         return out
 
     def close(self) -> None:
         if self._owns_ray:
-            self.ray.shutdown()
+            with _exit_if_stuck(RAY_STOP_MARGIN_S, "shut down"):
+                self.ray.shutdown()
+
+
+#: Seconds past a Ray stop's own deadline (or for ``ray.shutdown``) after which compare stops
+#: waiting for Ray and exits (ray.cancel can deadlock: ray-project/ray#47649).
+RAY_STOP_MARGIN_S = 30.0
+
+
+@contextlib.contextmanager
+def _exit_if_stuck(seconds: float, what: str) -> Iterator[None]:
+    """Exit the process with status 130 if the body has not finished after ``seconds``: the
+    last resort when a Ray call never returns after Ctrl-C. Nothing is lost: a local
+    cluster's processes die with compare (Ray's fate sharing), their workers' runs then get
+    SIGTERM (the parent-death signal) and checkpoint, and the next compare resumes them."""
+
+    def give_up() -> None:
+        print(
+            f"marl.compare: Ray did not {what} within {seconds:.0f} s; exiting without it. "
+            "Runs on a local cluster get SIGTERM as its processes end, and checkpoint; runs on "
+            "a remote cluster may go on there (stop them with Ray). Rerun the same command to "
+            "resume.",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(130)
+
+    timer = threading.Timer(seconds, give_up)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def make_launcher(spec: CompareSpec) -> LocalLauncher | RayLauncher:
@@ -924,13 +961,20 @@ def execute_runs(
             status[item.run.key].update(state="interrupted", returncode=code)
         _atomic_write_json(status_path, status)
 
-    def on_sigterm(signum: int, frame: Any) -> None:
+    # Ctrl-C and SIGTERM raise KeyboardInterrupt, and are remembered: Ray may swallow the
+    # exception when the signal lands inside one of its calls, and the loop checks the flag
+    stop_signals: list[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop_signals.append(signum)
         raise KeyboardInterrupt(f"signal {signum}")
 
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         postfix()
         while pending or active:
+            if stop_signals:
+                raise KeyboardInterrupt(f"signal {stop_signals[0]}")
             while pending and len(active) < spec.jobs:
                 active.append(start(pending.popleft()))
                 postfix()
@@ -946,7 +990,8 @@ def execute_runs(
         bar.close()
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         if own_launcher:
             launcher.close()
     bar.close()

@@ -1,0 +1,130 @@
+"""marl.compare stops its runs on Ctrl-C even when a launcher swallows the KeyboardInterrupt
+(Ray can, when the signal lands inside one of its calls), and gives up on a Ray stop that
+never returns (ray.cancel can deadlock) by exiting with status 130 instead of hanging.
+
+Seen in CI on a loaded machine: a Ctrl-C'd ``--launcher ray`` compare went on for 20 minutes,
+its runs never told to stop and status.json still 'running'."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from marl.experiments import compare
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class SwallowingLauncher:
+    """A launcher whose poll receives a Ctrl-C and swallows its KeyboardInterrupt (as a Ray
+    call can); its runs end on their own after ``finish_after`` polls."""
+
+    name = "fake"
+
+    def __init__(self, finish_after: int = 50) -> None:
+        self.polls = 0
+        self.finish_after = finish_after
+        self.stopped: list[str] | None = None
+
+    def start(self, command: list[str], env: dict[str, str], log_path: str) -> str:
+        return log_path
+
+    def poll(self, handle: str) -> int | None:
+        self.polls += 1
+        if self.polls == 1:
+            with contextlib.suppress(KeyboardInterrupt):  # swallowed, as inside Ray
+                signal.raise_signal(signal.SIGINT)
+        return 0 if self.polls >= self.finish_after else None
+
+    def stop(self, handles: list[str], grace_s: float) -> list[int | None]:
+        self.stopped = list(handles)
+        return [None] * len(handles)
+
+    def close(self) -> None:
+        pass
+
+
+def _spec_and_runs(tmp_path: Path) -> tuple[compare.CompareSpec, list[compare.RunSpec]]:
+    out = tmp_path / "out"
+    out.mkdir()
+    spec = compare.CompareSpec(
+        algo="mappo", config=None, variants=[], seeds=[0, 1], out=str(out), reference="a",
+        jobs=2,
+    )  # fmt: skip
+    runs = [
+        compare.RunSpec("a", s, str(out / "runs" / "a" / f"seed_{s}"),
+                        str(out / "logs" / "a" / f"seed_{s}.log"), [f"--seed={s}"])
+        for s in (0, 1)
+    ]  # fmt: skip
+    return spec, runs
+
+
+def test_a_swallowed_ctrl_c_still_stops_the_runs(tmp_path: Path) -> None:
+    spec, runs = _spec_and_runs(tmp_path)
+    launcher = SwallowingLauncher()
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        compare.execute_runs(spec, runs, progress=False, poll_s=0.01, launcher=launcher)
+    assert launcher.polls < launcher.finish_after  # stopped, not left to finish
+    assert launcher.stopped == [r.log_path for r in runs]
+    status = json.loads((Path(spec.out) / "status.json").read_text())
+    assert [status[r.key]["state"] for r in runs] == ["interrupted", "interrupted"]
+    assert signal.getsignal(signal.SIGINT) is before  # handlers restored
+
+
+def _python(code: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    res = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, capture_output=True,
+        text=True, timeout=timeout,
+    )  # fmt: skip
+    return res, time.monotonic() - start
+
+
+RAY_STUB = """
+    import threading, time
+    from marl.experiments import compare
+    compare.STOP_GRACE_S = 0.0
+    compare.RAY_STOP_MARGIN_S = 0.5
+
+    class Ray:
+        def __init__(self, stuck):
+            self.stuck = stuck
+        def cancel(self, ref, force=False):
+            if self.stuck:
+                threading.Event().wait()  # a deadlocked ray.cancel
+        def wait(self, refs, num_returns=1, timeout=None):
+            return list(refs), []
+        def get(self, ref):
+            return 3
+
+    launcher = compare.RayLauncher.__new__(compare.RayLauncher)
+    launcher.ray = Ray(STUCK)
+    launcher._owns_ray = False
+    print(launcher.stop([compare._RayTask("ref", "/dev/null")], 0.2), flush=True)
+    time.sleep(1.5)  # past the watchdog's deadline
+    print("alive", flush=True)
+"""
+
+
+def test_a_ray_stop_that_never_returns_exits_130() -> None:
+    res, elapsed = _python(RAY_STUB.replace("STUCK", "True"))
+    assert res.returncode == 130, res.stderr
+    assert "Ray did not stop its tasks within 1 s" in res.stderr
+    assert "Rerun the same command to resume" in res.stderr
+    assert "alive" not in res.stdout
+    assert elapsed < 30
+
+
+def test_a_ray_stop_that_returns_keeps_the_process() -> None:
+    res, _ = _python(RAY_STUB.replace("STUCK", "False"))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["[3]", "alive"]
