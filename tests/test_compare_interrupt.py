@@ -124,6 +124,25 @@ def test_a_ray_stop_that_never_returns_exits_130() -> None:
     assert elapsed < 30
 
 
+def test_runs_are_recorded_interrupted_before_the_launcher_stops_them(tmp_path: Path) -> None:
+    """A launcher that never returns from stop may end compare (the Ray watchdog): the status
+    says 'interrupted' by then."""
+    spec, runs = _spec_and_runs(tmp_path)
+    seen: list[str] = []
+
+    class Recording(SwallowingLauncher):
+        def stop(self, handles: list[str], grace_s: float) -> list[int | None]:
+            status = json.loads((Path(spec.out) / "status.json").read_text())
+            seen.extend(status[r.key]["state"] for r in runs)
+            return [3, None]
+
+    with pytest.raises(KeyboardInterrupt):
+        compare.execute_runs(spec, runs, progress=False, poll_s=0.01, launcher=Recording())
+    assert seen == ["interrupted", "interrupted"]
+    status = json.loads((Path(spec.out) / "status.json").read_text())
+    assert [status[r.key]["returncode"] for r in runs] == [3, None]
+
+
 def test_a_ray_stop_that_returns_keeps_the_process() -> None:
     res, _ = _python(RAY_STUB.replace("STUCK", "False"))
     assert res.returncode == 0, res.stderr

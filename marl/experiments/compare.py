@@ -956,9 +956,12 @@ def execute_runs(
             print(msg, file=sys.stderr, flush=True)
 
     def stop_all() -> None:
+        for item in active:  # recorded first: a launcher that never returns may end compare
+            status[item.run.key].update(state="interrupted", returncode=None)
+        _atomic_write_json(status_path, status)
         codes = launcher.stop([item.handle for item in active], STOP_GRACE_S)
         for item, code in zip(active, codes, strict=True):
-            status[item.run.key].update(state="interrupted", returncode=code)
+            status[item.run.key].update(returncode=code)
         _atomic_write_json(status_path, status)
 
     # Ctrl-C and SIGTERM raise KeyboardInterrupt, and are remembered: Ray may swallow the
