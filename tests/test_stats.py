@@ -286,3 +286,14 @@ def test_load_run_tolerates_torn_metrics_line(tmp_path) -> None:
         stats.load_run(tmp_path)
     (tmp_path / "eval.json").write_text(json.dumps({"success_rate": 0.25}))
     assert stats.load_run(tmp_path).finished
+
+
+def test_load_run_reads_gzipped_metrics_when_the_plain_file_is_absent(tmp_path) -> None:
+    import gzip
+
+    rows = [{"update": 1, "env_steps": 8}, {"update": 2, "env_steps": 16}]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (tmp_path / "metrics.jsonl.gz").write_bytes(gzip.compress(text.encode()))
+    assert stats.load_run(tmp_path).records == rows  # a run kept by persist_runs.sh
+    (tmp_path / "metrics.jsonl").write_text(text + json.dumps({"update": 3}) + "\n")
+    assert len(stats.load_run(tmp_path).records) == 3  # the live file wins

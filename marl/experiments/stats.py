@@ -24,6 +24,7 @@ section 4: ``eval.json``, ``metrics.jsonl``, ``config.yaml``) into the numbers a
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import math
 import os
@@ -357,7 +358,8 @@ class RunData:
 
 
 def load_run(run_dir: str | os.PathLike[str]) -> RunData:
-    """Read ``eval.json``, ``metrics.jsonl`` and ``config.yaml`` of a run directory.
+    """Read ``eval.json``, ``metrics.jsonl`` (or, without it, ``metrics.jsonl.gz``) and
+    ``config.yaml`` of a run directory.
 
     Missing files give ``None`` / an empty list; unparsable metrics lines (a run killed while
     writing) are skipped and counted in ``bad_lines``. A malformed ``eval.json`` raises
@@ -376,8 +378,11 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
             raise ValueError(f"{eval_path}: expected a JSON object, got {type(loaded).__name__}")
         data.eval = loaded
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.isfile(metrics_path) and os.path.isfile(metrics_path + ".gz"):
+        metrics_path += ".gz"  # a run kept in the repository (benchmarks/persist_runs.sh)
     if os.path.isfile(metrics_path):
-        with open(metrics_path) as fh:
+        opener = gzip.open if metrics_path.endswith(".gz") else open
+        with opener(metrics_path, "rt") as fh:
             for line in fh:
                 line = line.strip()
                 if not line:
