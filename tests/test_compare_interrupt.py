@@ -99,9 +99,10 @@ RAY_STUB = """
         def __init__(self, stuck):
             self.stuck = stuck
         def cancel(self, ref, force=False):
-            if self.stuck:
-                threading.Event().wait()  # a deadlocked ray.cancel
+            pass
         def wait(self, refs, num_returns=1, timeout=None):
+            if self.stuck:
+                threading.Event().wait()  # a Ray call that never returns
             return list(refs), []
         def get(self, ref):
             return 3
@@ -147,3 +148,37 @@ def test_a_ray_stop_that_returns_keeps_the_process() -> None:
     res, _ = _python(RAY_STUB.replace("STUCK", "False"))
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["[3]", "alive"]
+
+
+def test_a_ray_task_stops_its_run_when_its_stop_file_appears(tmp_path: Path) -> None:
+    """The Ray task's own stop channel (Ray's cancel may never reach a busy worker): the train
+    process gets SIGTERM, its grace to finish, and the task returns its exit status."""
+    import threading
+
+    child = textwrap.dedent("""
+        import signal, sys, time
+        def on_term(signum, frame):
+            print("SIGTERM received: checkpoint", flush=True)
+            sys.exit(3)
+        signal.signal(signal.SIGTERM, on_term)
+        print("training", flush=True)
+        while True:
+            time.sleep(0.05)
+    """)
+    log, stop = tmp_path / "run.log", tmp_path / "run.log.stop"
+    result: list[int] = []
+    worker = threading.Thread(
+        target=lambda: result.append(compare._train_in_worker(
+            [sys.executable, "-c", child], str(tmp_path), str(log), {}, str(stop))),
+        daemon=True,
+    )  # fmt: skip
+    worker.start()
+    deadline = time.monotonic() + 30
+    while "training" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, "the run never started"
+        time.sleep(0.05)
+    assert worker.is_alive()  # no stop file: the run goes on
+    stop.write_text("stop")
+    worker.join(timeout=30)
+    assert result == [3]
+    assert "SIGTERM received: checkpoint" in log.read_text()

@@ -642,12 +642,16 @@ class LocalLauncher:
         pass
 
 
-def _train_in_worker(command: list[str], cwd: str, log_path: str, env: dict[str, str]) -> int:
+def _train_in_worker(
+    command: list[str], cwd: str, log_path: str, env: dict[str, str], stop_path: str
+) -> int:
     """A Ray task: run ``command`` in ``cwd`` as a subprocess of the worker, its output appended
-    to ``log_path``; returns its exit status. Cancelled (``ray.cancel``: KeyboardInterrupt),
-    it sends the train process SIGTERM (it finishes its update and writes a checkpoint) and
-    waits :data:`STOP_GRACE_S` for it; the train process also gets SIGTERM when the worker
-    dies."""
+    to ``log_path``; returns its exit status. Asked to stop (compare writes ``stop_path``, on
+    the file system OUT shares with the workers; or ``ray.cancel``: KeyboardInterrupt), it
+    sends the train process SIGTERM (it finishes its update and writes a checkpoint), waits
+    :data:`STOP_GRACE_S` for it and returns its exit status; the train process also gets
+    SIGTERM when the worker dies. (The stop file because Ray's own cancel may never reach a
+    busy worker: seen under load.)"""
     with open(log_path, "a") as log:
         proc = subprocess.Popen(
             command,
@@ -660,9 +664,14 @@ def _train_in_worker(command: list[str], cwd: str, log_path: str, env: dict[str,
             preexec_fn=_parent_death_signal_setter(),
         )
         try:
-            while True:  # short waits: Ray's cancel arrives between two of them
+            while True:  # short waits: a stop request is seen between two of them
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     return proc.wait(timeout=0.5)
+                if os.path.exists(stop_path):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(proc.pid, signal.SIGTERM)
+                    _stop_process(proc, time.monotonic() + STOP_GRACE_S)
+                    return proc.returncode
         except BaseException:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGTERM)
@@ -674,6 +683,7 @@ def _train_in_worker(command: list[str], cwd: str, log_path: str, env: dict[str,
 class _RayTask:
     ref: Any  # ray.ObjectRef of _train_in_worker's exit status
     log_path: str
+    stop_path: str = ""  # written by RayLauncher.stop: the task then stops its run
 
 
 #: Object store of a local Ray cluster started by compare (its tasks pass only exit codes).
@@ -730,8 +740,11 @@ class RayLauncher:
 
     def start(self, command: list[str], env: dict[str, str], log_path: str) -> _RayTask:
         log_path = os.path.abspath(log_path)
-        ref = self._task.remote(list(command), os.getcwd(), log_path, dict(env))
-        return _RayTask(ref, log_path)
+        stop_path = log_path + ".stop"
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(stop_path)  # a stale request from an interrupted compare
+        ref = self._task.remote(list(command), os.getcwd(), log_path, dict(env), stop_path)
+        return _RayTask(ref, log_path, stop_path)
 
     def poll(self, task: _RayTask) -> int | None:
         """The run's exit status once its task has ended, else None; a task that failed in
@@ -757,13 +770,15 @@ class RayLauncher:
             return None if cancelled else -1
 
     def stop(self, tasks: list[_RayTask], grace_s: float) -> list[int | None]:
-        """Cancel the tasks (each sends its train process SIGTERM: a checkpoint is written),
-        wait up to ``grace_s`` (plus the tasks' own grace), then force-cancel the rest. Should
-        Ray itself hang (its cancel can deadlock), compare exits after
-        :data:`RAY_STOP_MARGIN_S` more seconds (:func:`_exit_if_stuck`)."""
+        """Ask the tasks to stop (their stop files: each sends its train process SIGTERM, and
+        a checkpoint is written), wait up to ``grace_s`` (plus the tasks' own grace), then
+        force-cancel the rest. Should Ray itself hang (its cancel can deadlock), compare exits
+        after :data:`RAY_STOP_MARGIN_S` more seconds (:func:`_exit_if_stuck`)."""
         with _exit_if_stuck(grace_s + STOP_GRACE_S + RAY_STOP_MARGIN_S, "stop its tasks"):
             for task in tasks:
-                self.ray.cancel(task.ref)
+                if task.stop_path:
+                    with open(task.stop_path, "w") as fh:
+                        fh.write("stop requested by marl.compare\n")
             refs = [task.ref for task in tasks]
             self.ray.wait(refs, num_returns=len(refs), timeout=grace_s + STOP_GRACE_S)
             out: list[int | None] = []
@@ -773,6 +788,10 @@ class RayLauncher:
                 else:
                     self.ray.cancel(task.ref, force=True)
                     out.append(None)
+        for task in tasks:
+            if task.stop_path:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(task.stop_path)
         return out
 
     def close(self) -> None:
