@@ -90,7 +90,7 @@ def _python(code: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess
 
 
 RAY_STUB = """
-    import threading, time
+    import tempfile, threading, time
     from marl.experiments import compare
     compare.STOP_GRACE_S = 0.0
     compare.RAY_STOP_MARGIN_S = 0.5
@@ -110,7 +110,8 @@ RAY_STUB = """
     launcher = compare.RayLauncher.__new__(compare.RayLauncher)
     launcher.ray = Ray(STUCK)
     launcher._owns_ray = False
-    print(launcher.stop([compare._RayTask("ref", "/dev/null")], 0.2), flush=True)
+    log = tempfile.mkdtemp() + "/run.log"
+    print(launcher.stop([compare._RayTask("ref", log)], 0.2), flush=True)
     time.sleep(1.5)  # past the watchdog's deadline
     print("alive", flush=True)
 """

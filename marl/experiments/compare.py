@@ -668,22 +668,30 @@ def _train_in_worker(
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     return proc.wait(timeout=0.5)
                 if os.path.exists(stop_path):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(proc.pid, signal.SIGTERM)
-                    _stop_process(proc, time.monotonic() + STOP_GRACE_S)
+                    _terminate(proc)
                     return proc.returncode
         except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGTERM)
-            _stop_process(proc, time.monotonic() + STOP_GRACE_S)
+            _terminate(proc)
             raise
+
+
+def _terminate(proc: subprocess.Popen) -> None:
+    """SIGTERM the train process (it finishes its update and checkpoints) and wait for it up
+    to :data:`STOP_GRACE_S`, then SIGKILL its group."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGTERM)
+    _stop_process(proc, time.monotonic() + STOP_GRACE_S)
 
 
 @dataclass
 class _RayTask:
     ref: Any  # ray.ObjectRef of _train_in_worker's exit status
     log_path: str
-    stop_path: str = ""  # written by RayLauncher.stop: the task then stops its run
+
+    @property
+    def stop_path(self) -> str:
+        """Written by :meth:`RayLauncher.stop`: the task then stops its run."""
+        return self.log_path + ".stop"
 
 
 #: Object store of a local Ray cluster started by compare (its tasks pass only exit codes).
@@ -740,11 +748,13 @@ class RayLauncher:
 
     def start(self, command: list[str], env: dict[str, str], log_path: str) -> _RayTask:
         log_path = os.path.abspath(log_path)
-        stop_path = log_path + ".stop"
+        task = _RayTask(None, log_path)
         with contextlib.suppress(FileNotFoundError):
-            os.remove(stop_path)  # a stale request from an interrupted compare
-        ref = self._task.remote(list(command), os.getcwd(), log_path, dict(env), stop_path)
-        return _RayTask(ref, log_path, stop_path)
+            os.remove(task.stop_path)  # a stale request from an interrupted compare
+        task.ref = self._task.remote(
+            list(command), os.getcwd(), log_path, dict(env), task.stop_path
+        )
+        return task
 
     def poll(self, task: _RayTask) -> int | None:
         """The run's exit status once its task has ended, else None; a task that failed in
@@ -776,9 +786,8 @@ class RayLauncher:
         after :data:`RAY_STOP_MARGIN_S` more seconds (:func:`_exit_if_stuck`)."""
         with _exit_if_stuck(grace_s + STOP_GRACE_S + RAY_STOP_MARGIN_S, "stop its tasks"):
             for task in tasks:
-                if task.stop_path:
-                    with open(task.stop_path, "w") as fh:
-                        fh.write("stop requested by marl.compare\n")
+                with open(task.stop_path, "w") as fh:
+                    fh.write("stop requested by marl.compare\n")
             refs = [task.ref for task in tasks]
             self.ray.wait(refs, num_returns=len(refs), timeout=grace_s + STOP_GRACE_S)
             out: list[int | None] = []
@@ -789,9 +798,8 @@ class RayLauncher:
                     self.ray.cancel(task.ref, force=True)
                     out.append(None)
         for task in tasks:
-            if task.stop_path:
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(task.stop_path)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(task.stop_path)
         return out
 
     def close(self) -> None:
