@@ -25,7 +25,7 @@ for fin in "$SRC"/runs/*/seed_*/finished.json; do
     for f in config.yaml eval.json finished.json; do
         [ -f "$run/$f" ] && cp "$run/$f" "$DEST/$rel/"
     done
-    [ -f "$run/metrics.jsonl" ] && gzip -c "$run/metrics.jsonl" > "$DEST/$rel/metrics.jsonl.gz"
+    [ -f "$run/metrics.jsonl" ] && gzip -n -c "$run/metrics.jsonl" > "$DEST/$rel/metrics.jsonl.gz"
     n=$((n + 1))
 done
 echo "persist_runs.sh: $n finished runs of $SRC copied to $DEST"

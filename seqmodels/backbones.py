@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqmodels.mamba import Mamba, Mamba2, _check_resets
+from seqmodels.ops import rmsnorm, rmsnorm_reference
 
 KINDS = ("mlp", "gru", "mamba", "mamba2")
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU, "gelu": nn.GELU}
@@ -224,14 +225,15 @@ class _RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        return rmsnorm_reference(x, self.weight, self.eps)
 
 
-def _normalize(norm: nn.Module, x: Tensor) -> Tensor:
+def _normalize(norm: nn.Module, x: Tensor, backend: str = "auto") -> Tensor:
     """``norm(x)`` for the backbones' norms (RMSNorm or LayerNorm) through the functional form:
-    the same operation without the module call (a rollout step runs a few of them)."""
+    the same operation without the module call (a rollout step runs a few of them); RMSNorm on
+    ``backend`` (:func:`seqmodels.ops.rmsnorm`: its numba twin on CPU)."""
     if type(norm) is _RMSNorm:
-        return F.rms_norm(x, norm.weight.shape, norm.weight, norm.eps)
+        return rmsnorm(x, norm.weight, norm.eps, backend)
     if type(norm) is nn.LayerNorm:
         return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
     return norm(x)
@@ -325,10 +327,10 @@ class MambaBackbone(Backbone):
         for norm, block, s in zip(
             self.norms, self.blocks, self._split_state(state, x.shape[0]), strict=True
         ):
-            out, s = block.step(_normalize(norm, h), s, reset)
+            out, s = block.step(_normalize(norm, h, block.backend), s, reset)
             h = h + out
             new_state += s
-        return _normalize(self.norm_f, h), tuple(new_state)
+        return _normalize(self.norm_f, h, self.backend), tuple(new_state)
 
     def forward(
         self, x: Tensor, state: tuple[Tensor, ...] | None = None, resets: Tensor | None = None
@@ -340,10 +342,10 @@ class MambaBackbone(Backbone):
         for norm, block, s in zip(
             self.norms, self.blocks, self._split_state(state, x.shape[0]), strict=True
         ):
-            out, s = block(_normalize(norm, h), s, resets)
+            out, s = block(_normalize(norm, h, block.backend), s, resets)
             h = h + out
             new_state += s
-        return _normalize(self.norm_f, h), tuple(new_state)
+        return _normalize(self.norm_f, h, self.backend), tuple(new_state)
 
 
 def make_backbone(kind: str, input_dim: int, hidden_dim: int = 64, **kw: Any) -> Backbone:

@@ -48,6 +48,23 @@ def test_copies_finished_runs_only(tmp_path: Path) -> None:
     assert text == (src / "runs/gru/seed_0/metrics.jsonl").read_text()
 
 
+def test_a_second_copy_is_byte_identical(tmp_path: Path) -> None:
+    """Rerunning it (a loop every few minutes) leaves the kept files unchanged, so git sees no
+    change in the runs already committed (gzip without a name or timestamp)."""
+    import os
+
+    src, dest = tmp_path / "study", tmp_path / "kept"
+    src.mkdir()
+    (src / "compare.json").write_text("{}")
+    run = make_run(src, "gru", 0, finished=True)
+    assert persist(str(src), str(dest)).returncode == 0
+    first = (dest / "runs/gru/seed_0/metrics.jsonl.gz").read_bytes()
+    stat = (run / "metrics.jsonl").stat()
+    os.utime(run / "metrics.jsonl", (stat.st_atime + 5, stat.st_mtime + 5))
+    assert persist(str(src), str(dest)).returncode == 0
+    assert (dest / "runs/gru/seed_0/metrics.jsonl.gz").read_bytes() == first
+
+
 def test_rejects_a_directory_that_is_not_a_comparison(tmp_path: Path) -> None:
     res = persist(str(tmp_path), str(tmp_path / "kept"))
     assert res.returncode == 2

@@ -37,6 +37,7 @@ TWINS = [
     (numba_ops.conv_silu_numba, ops.conv_silu_reference),
     (numba_ops.conv_step_silu_numba, ops.conv_step_silu_reference),
     (numba_ops.rmsnorm_gated_numba, ops.rmsnorm_gated_reference),
+    (numba_ops.rmsnorm_numba, ops.rmsnorm_reference),
     (numba_ops.mamba_inner_numba, ops.mamba_inner_reference),
     (numba_ops.mamba_block_numba, ops.mamba_block_reference),
     (numba_ops.mamba_step_numba, ops.mamba_step_reference),
@@ -415,3 +416,79 @@ def test_private_torch_apis_only_in_kernels():
         if private.search(line)
     ]
     assert offenders == []
+
+
+# ------------------------------------------------------------------------------------------
+# RMSNorm (the backbones' norms)
+# ------------------------------------------------------------------------------------------
+
+
+def _rmsnorm_numpy(x, w, eps, g):
+    """out, dx, dw of sum(out * g) by hand in numpy float64: out = x r w, r = (mean x^2 +
+    eps)^-1/2; dx = r (g w) - x r^3 mean(g w x); dw = sum over rows of g x r."""
+    import numpy as np
+
+    x, w, g = (np.asarray(t, dtype=np.float64) for t in (x, w, g))
+    r = 1.0 / np.sqrt((x**2).mean(-1, keepdims=True) + eps)
+    out = x * r * w
+    dx = r * g * w - x * r**3 * (g * w * x).mean(-1, keepdims=True)
+    dw = (g * x * r).reshape(-1, x.shape[-1]).sum(0)
+    return out, dx, dw
+
+
+@pytest.mark.parametrize("shape", [(3, 7, 12), (5, 12), (2, 3, 4, 8), (0, 4, 8), (130, 2, 6)])
+@pytest.mark.parametrize("fast", [True, False], ids=["numba", "reference"])
+def test_rmsnorm_matches_a_numpy_hand_derivation(shape, fast):
+    x = _randn(*shape, seed=1).requires_grad_(True)
+    w = _randn(shape[-1], seed=2).requires_grad_(True)
+    g = _randn(*shape, seed=3)
+    fn = numba_ops.rmsnorm_numba if fast else ops.rmsnorm_reference
+    out = fn(x, w, 1e-5)
+    dx, dw = torch.autograd.grad(out, (x, w), g)
+    ref = _rmsnorm_numpy(x.detach(), w.detach(), 1e-5, g)
+    for got, want in zip((out, dx, dw), ref, strict=True):
+        assert got.shape == want.shape
+        torch.testing.assert_close(got.detach(), torch.from_numpy(want), rtol=1e-12, atol=1e-12)
+
+
+def test_rmsnorm_numba_gradcheck_float32_and_no_grad_path():
+    x = _randn(2, 5, 6, seed=4).requires_grad_(True)
+    w = _randn(6, seed=5).requires_grad_(True)
+    assert torch.autograd.gradcheck(
+        lambda a, b: numba_ops.rmsnorm_numba(a, b, 1e-5), [x, w], eps=1e-6, atol=1e-8
+    )
+    x32, w32 = x.detach().float(), w.detach().float()
+    with torch.no_grad():  # the forward kernel alone
+        fast = numba_ops.rmsnorm_numba(x32, w32, 1e-5)
+    assert fast.dtype == torch.float32 and fast.grad_fn is None
+    torch.testing.assert_close(fast, ops.rmsnorm_reference(x32, w32, 1e-5), rtol=1e-5, atol=1e-6)
+
+
+def test_rmsnorm_weight_gradient_does_not_depend_on_the_thread_count():
+    x = _randn(300, 2, 16, seed=6).float().requires_grad_(True)
+    w = _randn(16, seed=7).float().requires_grad_(True)
+    g = _randn(300, 2, 16, seed=8).float()
+    grads = []
+    for threads in (1, 2):
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            grads.append(torch.autograd.grad(numba_ops.rmsnorm_numba(x, w, 1e-5), (x, w), g))
+        finally:
+            torch.set_num_threads(before)
+    for a, b in zip(*grads, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_backbone_norms_run_the_dispatcher_on_the_blocks_backend(monkeypatch):
+    import seqmodels.backbones as bb
+
+    calls = []
+    real = bb.rmsnorm
+    monkeypatch.setattr(
+        bb, "rmsnorm", lambda x, w, eps, backend: calls.append(backend) or real(x, w, eps, backend)
+    )
+    net = make_backbone("mamba", 5, 8, num_layers=2)
+    net.backend = "chunked"
+    net(torch.randn(2, 3, 5))
+    assert calls == ["chunked"] * 3  # two pre-block norms and the final one

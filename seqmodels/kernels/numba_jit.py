@@ -460,6 +460,12 @@ def ssd_bwd_t(x, dt, A, Dq, Bm, Cm, keep, ckpt, dy, dh_last, every):
 
     Returns dx [B, L, C]; ddt [B, L, H]; dA per row [B, H]; dD per row [B, C];
     dB, dC [B, L, G, N]; dh0 [B, G, N, Q].
+
+    As :func:`mamba_fused_bwd`: the sums over channels are vectorised dot products
+    (:func:`_dot`) taken before the reverse update, dC[n] = gy . h[n] and
+    dB[n] = (gh[n] + gy C[n]) . dtx = gh[n] . dtx + C[n] (gy . dtx) with gh the state gradient
+    after the step; the reverse update takes two state rows at a time, so the per-channel sums
+    over n (dprev, dxs) are loaded and stored once per two rows.
     """
     batch, length, channels = x.shape
     nheads = dt.shape[2]
@@ -468,6 +474,7 @@ def ssd_bwd_t(x, dt, A, Dq, Bm, Cm, keep, ckpt, dy, dh_last, every):
     headdim = channels // nheads
     q_len = channels // ngroups
     n_ckpt = ckpt.shape[1]
+    n_pairs = d_state - d_state % 2
     dx = np.empty_like(x)
     ddt = np.empty_like(dt)
     dA = np.zeros((batch, nheads), dtype=x.dtype)
@@ -485,8 +492,6 @@ def ssd_bwd_t(x, dt, A, Dq, Bm, Cm, keep, ckpt, dy, dh_last, every):
         dxs = np.empty(channels, dtype=x.dtype)
         dprev = np.empty(channels, dtype=x.dtype)
         prod_x = np.empty(channels, dtype=x.dtype)
-        prod_b = np.empty(q_len, dtype=x.dtype)
-        prod_c = np.empty(q_len, dtype=x.dtype)
         zero_state = np.zeros((ngroups, d_state, q_len), dtype=x.dtype)
         dD_b = dD[b]
         dA_b = dA[b]
@@ -534,19 +539,35 @@ def ssd_bwd_t(x, dt, A, Dq, Bm, Cm, keep, ckpt, dy, dh_last, every):
                     ghg = gh[g]
                     h_now = hs[i + 1, g]
                     h_before = h_prev[g]
+                    # (ghg is still the gradient after this step: dB's part of it first)
+                    gy_dtx = _dot(gyg, dtxg)
                     for n in range(d_state):
-                        bn = Bm[b, t, g, n]
-                        cn = Cm[b, t, g, n]
+                        dC[b, t, g, n] = _dot(gyg, h_now[n])
+                        dB[b, t, g, n] = _dot(ghg[n], dtxg) + Cm[b, t, g, n] * gy_dtx
+                    for n in range(0, n_pairs, 2):
+                        m = n + 1
+                        b0, b1 = Bm[b, t, g, n], Bm[b, t, g, m]
+                        c0, c1 = Cm[b, t, g, n], Cm[b, t, g, m]
+                        g0r, g1r = ghg[n], ghg[m]
+                        hb0, hb1 = h_before[n], h_before[m]
                         for q in range(q_len):
                             gyq = gyg[q]
-                            ghn = ghg[n, q] + gyq * cn
-                            prod_c[q] = gyq * h_now[n, q]
-                            dpg[q] += ghn * h_before[n, q]
-                            prod_b[q] = ghn * dtxg[q]
-                            dxg[q] += ghn * bn
-                            ghg[n, q] = ghn * ag[q]
-                        dC[b, t, g, n] = _lane_sum(prod_c)
-                        dB[b, t, g, n] = _lane_sum(prod_b)
+                            g0 = g0r[q] + gyq * c0  # d loss / d h[n] after the step
+                            g1 = g1r[q] + gyq * c1
+                            dpg[q] = (dpg[q] + g0 * hb0[q]) + g1 * hb1[q]
+                            dxg[q] = (dxg[q] + g0 * b0) + g1 * b1
+                            g0r[q] = g0 * ag[q]  # ... before the step
+                            g1r[q] = g1 * ag[q]
+                    for n in range(n_pairs, d_state):  # an odd last row
+                        bn = Bm[b, t, g, n]
+                        cn = Cm[b, t, g, n]
+                        g0r = ghg[n]
+                        hb0 = h_before[n]
+                        for q in range(q_len):
+                            g0 = g0r[q] + gyg[q] * cn
+                            dpg[q] += g0 * hb0[q]
+                            dxg[q] += g0 * bn
+                            g0r[q] = g0 * ag[q]
                 for c2 in range(channels):
                     xv = x[b, t, c2]
                     gyc = gy[c2]
@@ -952,6 +973,55 @@ def rmsnorm_gated_bwd(x, src, off, weight, group_size, eps, norm_before_gate, do
                     dxr[c] = gu[c] * sz[c]
                     dzr[c] = gu[c] * xr[c] * dsz[c]
     return dx, dz, dweight
+
+
+# --- RMSNorm over the last dimension (the backbones' pre-block and final norms) -------------
+
+
+@numba.njit(parallel=True, cache=True, fastmath=_FM)
+def rmsnorm_fwd(x, weight, eps):
+    """x [M, C] rows; weight [C]. Returns out = x * rstd * weight [M, C] and rstd [M], with
+    rstd = 1 / sqrt(mean(x^2) + eps) per row."""
+    rows, channels = x.shape
+    out = np.empty_like(x)
+    rstd = np.empty(rows, dtype=x.dtype)
+    for i in prange(rows):
+        xr = x[i]
+        r = 1 / math.sqrt(_dot(xr, xr) / channels + eps)
+        rstd[i] = r  # (rounded to the array's dtype)
+        orow = out[i]
+        for c in range(channels):
+            orow[c] = xr[c] * rstd[i] * weight[c]
+    return out, rstd
+
+
+@numba.njit(parallel=True, cache=True, fastmath=_FM)
+def rmsnorm_bwd(x, weight, rstd, dout, n_parts):
+    """Backward of :func:`rmsnorm_fwd` (dout [M, C]): dx [M, C] and the weight's gradient in
+    ``n_parts`` partial sums [n_parts, C] over consecutive blocks of rows (summed by the
+    caller; a fixed partition, so the result does not depend on the thread count).
+
+    With xhat = x * r and gu = dout * weight: dx = r * (gu - xhat * mean(gu * xhat))
+    = r * (gu - x * r^2 * (gu . x) / C); dweight = sum over rows of dout * xhat."""
+    rows, channels = x.shape
+    dx = np.empty_like(x)
+    dweight = np.zeros((n_parts, channels), dtype=x.dtype)
+    per = (rows + n_parts - 1) // n_parts
+    for p in prange(n_parts):
+        dw = dweight[p]
+        gu = np.empty(channels, dtype=x.dtype)
+        for i in range(p * per, min(rows, (p + 1) * per)):
+            xr = x[i]
+            gr = dout[i]
+            r = rstd[i]
+            for c in range(channels):
+                dw[c] += gr[c] * (xr[c] * r)
+                gu[c] = gr[c] * weight[c]
+            proj = _dot(gu, xr) * r * r / channels
+            dxr = dx[i]
+            for c in range(channels):
+                dxr[c] = r * (gu[c] - xr[c] * proj)
+    return dx, dweight
 
 
 # --- fused Mamba inner part (training path) --------------------------------------------------

@@ -16,6 +16,7 @@ fused (this module)                     readable twin
 ``conv_silu_numba``                     ``seqmodels.ops.conv_silu_reference``
 ``conv_step_silu_numba``                ``seqmodels.ops.conv_step_silu_reference``
 ``rmsnorm_gated_numba``                 ``seqmodels.ops.rmsnorm_gated_reference``
+``rmsnorm_numba``                       ``seqmodels.ops.rmsnorm_reference``
 ``mamba_inner_numba``                   ``seqmodels.ops.mamba_inner_reference``
 ``mamba_block_numba``                   ``seqmodels.ops.mamba_block_reference``
 ======================================  =========================================================
@@ -386,6 +387,47 @@ def rmsnorm_gated_numba(
     return _NumbaRMSNormGated.apply(
         x, z.to(dtype), weight.to(dtype), group_size, eps, norm_before_gate
     )
+
+
+# Blocks of rows whose weight gradients the RMSNorm backward sums separately (then added up
+# here): enough for any thread count, and fixed, so the result does not depend on it.
+_RMSNORM_PARTS = 64
+
+
+class _NumbaRMSNorm(torch.autograd.Function):
+    """RMSNorm over the last dimension on CPU: one kernel per direction on the ``[M, C]`` rows;
+    saves x and the per-row rstd."""
+
+    @staticmethod
+    @_torch_threads
+    def forward(ctx, x, weight, eps):  # type: ignore[override]
+        rows = x.detach().reshape(-1, x.shape[-1]).contiguous()
+        weight = weight.detach().contiguous()
+        out, rstd = _jit().rmsnorm_fwd(_np(rows), _np(weight), float(eps))
+        ctx.save_for_backward(rows, weight, torch.from_numpy(rstd))
+        return torch.from_numpy(out).view(x.shape)
+
+    @staticmethod
+    @_torch_threads
+    def backward(ctx, dout):  # type: ignore[override]
+        rows, weight, rstd = ctx.saved_tensors
+        parts = max(1, min(_RMSNORM_PARTS, rows.shape[0]))
+        grad = _np(dout.reshape(rows.shape))
+        dx, dweight = _jit().rmsnorm_bwd(_np(rows), _np(weight), _np(rstd), grad, parts)
+        return torch.from_numpy(dx).view(dout.shape), torch.from_numpy(dweight).sum(0), None
+
+
+def rmsnorm_numba(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """RMSNorm over the last dimension (contract of ``seqmodels.ops.rmsnorm_reference``) with
+    compiled CPU kernels: x ``[..., C]``, weight ``[C]`` -> ``[..., C]``. Without autograd
+    the forward kernel alone."""
+    weight = weight.to(x.dtype)
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return _NumbaRMSNorm.apply(x, weight, eps)
+    rows = x.detach().reshape(-1, x.shape[-1]).contiguous()
+    with torch_thread_count():
+        out, _ = _jit().rmsnorm_fwd(_np(rows), _np(weight), float(eps))
+    return torch.from_numpy(out).view(x.shape)
 
 
 class _NumbaMambaFused(torch.autograd.Function):
@@ -1011,6 +1053,7 @@ __all__ = [
     "mamba_inner_numba",
     "mamba_step_numba",
     "rmsnorm_gated_numba",
+    "rmsnorm_numba",
     "selective_scan_numba",
     "selective_state_update_gated_numba",
     "selective_state_update_numba",
