@@ -16,7 +16,8 @@ Measures (issue 4, item 6), all peers in the same process and run so ratios are 
    interleaved repeats (medians) in the same process, at torch's default thread count and at
    one thread: Mamba / Mamba2 vs nn.GRU fwd+bwd (B=32, L=1024), Mamba.step vs nn.GRUCell
    (B=1024), MambaBackbone.step vs GRUBackbone.step (B=128, 1024; 1% resets) and their
-   forward + backward on training windows with resets (L=16, 64, 256, 1024);
+   forward + backward on training windows with resets (L=16, 64, 256, 1024), and the
+   backbones' RMSNorm twin vs ``F.rms_norm`` (fwd+bwd on [64, 64, 64]);
 7. with ``--compare-threading-layers``: the step latencies and the training and no-grad
    forward times on each of numba's threading layers loadable here (workqueue, omp, tbb), one
    fresh process per layer (numba picks its layer once per process), as ratios to workqueue.
@@ -325,6 +326,27 @@ def _window_ratios(tag: str, length: int) -> list[tuple[str, str]]:
     return [(name, f"{t['mamba'] / t['gru']:.2f}x")]
 
 
+def _norm_fwd_bwd(fn: Callable, x: torch.Tensor, w: torch.Tensor) -> None:
+    fn(x, w, 1e-5).sum().backward()
+
+
+def _norm_ratio(tag: str, scale: int) -> list[tuple[str, str]]:
+    """The backbones' RMSNorm: its numba twin vs torch's F.rms_norm, forward + backward on a
+    training minibatch's [windows, window, hidden] = [64, 64, 64] activations."""
+    from seqmodels.kernels.numba_ops import rmsnorm_numba
+    from seqmodels.ops import rmsnorm_reference
+
+    x = torch.randn(64, 64 // scale, D_MODEL, requires_grad=True)
+    w = torch.ones(D_MODEL, requires_grad=True)
+    fns = {
+        k: functools.partial(_norm_fwd_bwd, fn, x, w)
+        for k, fn in (("twin", rmsnorm_numba), ("torch", rmsnorm_reference))
+    }
+    t = _interleaved(fns, 20)
+    name = f"RMSNorm numba twin / F.rms_norm fwd+bwd speed, [64, {64 // scale}, 64], {tag}"
+    return [(name, f"{t['torch'] / t['twin']:.2f}x")]
+
+
 def issue17_ratios(emit: Callable[[str], None], quick: bool) -> None:
     """The issue-17 ratios at torch's default thread count and at one thread (see the module
     docstring, item 6). Speed ratios: > 1 means Mamba is faster; time ratios: < 1 means it
@@ -340,6 +362,7 @@ def issue17_ratios(emit: Callable[[str], None], quick: bool) -> None:
         rows += _step_ratios(tag, scale)
         for length in (16, 64) if quick else (16, 64, 256, 1024):
             rows += _window_ratios(tag, length)
+        rows += _norm_ratio(tag, scale)
     torch.set_num_threads(default_threads)
     emit("| measure | ratio |")
     emit("|---|---|")

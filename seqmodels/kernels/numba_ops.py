@@ -390,8 +390,10 @@ def rmsnorm_gated_numba(
 
 
 # Blocks of rows whose weight gradients the RMSNorm backward sums separately (then added up
-# here): enough for any thread count, and fixed, so the result does not depend on it.
+# here): up to 64 (enough for any thread count), of at least 64 rows each (a part's setup is
+# not free); a function of the row count only, so the result does not depend on the threads.
 _RMSNORM_PARTS = 64
+_RMSNORM_PART_ROWS = 64
 
 
 class _NumbaRMSNorm(torch.autograd.Function):
@@ -411,7 +413,7 @@ class _NumbaRMSNorm(torch.autograd.Function):
     @_torch_threads
     def backward(ctx, dout):  # type: ignore[override]
         rows, weight, rstd = ctx.saved_tensors
-        parts = max(1, min(_RMSNORM_PARTS, rows.shape[0]))
+        parts = max(1, min(_RMSNORM_PARTS, rows.shape[0] // _RMSNORM_PART_ROWS))
         grad = _np(dout.reshape(rows.shape))
         dx, dweight = _jit().rmsnorm_bwd(_np(rows), _np(weight), _np(rstd), grad, parts)
         return torch.from_numpy(dx).view(dout.shape), torch.from_numpy(dweight).sum(0), None
