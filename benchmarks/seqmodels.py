@@ -24,7 +24,10 @@ Measures (issue 4, item 6), all peers in the same process and run so ratios are 
 
 numba's threading layer is the script's own choice for its process
 (``seqmodels.kernels.set_numba_threading_layer``, ``--threading-layer``, default workqueue as
-the trainer's); seqmodels itself sets none.
+the trainer's); seqmodels itself sets none. So are glibc's allocator thresholds
+(``--malloc-tuning``: fixed as the trainer fixes them, ``seqmodels.kernels.
+set_malloc_thresholds``; default: glibc's adaptive ones, under which a Mamba block's large
+activations are paged in afresh each call).
 
 Usage::
 
@@ -33,6 +36,7 @@ Usage::
     python benchmarks/seqmodels.py --threads 1 --markdown out.md
     python benchmarks/seqmodels.py --compare-threading-layers --only-layers
     python benchmarks/seqmodels.py --ratios --clock cpu   # issue-17 ratios (both thread counts)
+    python benchmarks/seqmodels.py --ratios --clock cpu --malloc-tuning   # as in the trainer
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ if str(ROOT) not in sys.path:
 from seqmodels import Mamba, Mamba2  # noqa: E402
 from seqmodels.kernels import (  # noqa: E402
     numba_threading_layer,
+    set_malloc_thresholds,
     set_numba_threading_layer,
 )
 
@@ -472,12 +477,19 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="only the issue-17 ratios (both thread counts; --clock cpu on a shared machine)",
     )
+    parser.add_argument(
+        "--malloc-tuning",
+        action="store_true",
+        help="fix glibc's allocator thresholds first, as the trainer does by default "
+        "(seqmodels.kernels.set_malloc_thresholds); off: glibc's adaptive ones",
+    )
     parser.add_argument("--_mem-child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--_layer-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     global clock, threading_layer
     threading_layer = args.threading_layer
     set_numba_threading_layer(threading_layer)
+    tuned = args.malloc_tuning and set_malloc_thresholds()
     if args._mem_child:
         name, b, length = args._mem_child
         _mem_child(name, int(b), int(length))
@@ -501,7 +513,8 @@ def main(argv: list[str] | None = None) -> None:
 
     emit(
         f"torch {torch.__version__}, threads {threads}, cpu count {os.cpu_count()}, clock "
-        f"{args.clock}, numba threading layer {args.threading_layer}, load average "
+        f"{args.clock}, numba threading layer {args.threading_layer}, glibc thresholds "
+        f"{'fixed (--malloc-tuning)' if tuned else 'adaptive'}, load average "
         f"{os.getloadavg()[0]:.1f}"
     )
     if args.ratios:

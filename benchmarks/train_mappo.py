@@ -75,6 +75,7 @@ def throughput(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     from marl.algos.mappo import MAPPO
     from marl.run.config import parse_cli
+    from marl.run.train import configure_process
 
     sizes = [] if args.num_envs is None else ["--num-envs", str(args.num_envs)]
     if args.rollout_steps is not None:
@@ -89,6 +90,7 @@ def throughput(args: argparse.Namespace) -> None:
             *args.extra,
         ]
     )
+    configure_process(cfg)  # as the trainer does: numba's layer, glibc's thresholds
     torch.manual_seed(0)
     algo = MAPPO(cfg, None)
     n_agents = algo.layout.n_agents
@@ -162,12 +164,14 @@ def _median(xs: list[float]) -> float:
 def _make_algo(backbone: str, extra: list[str], threads: int, *more: str):
     from marl.algos.mappo import MAPPO
     from marl.run.config import parse_cli
+    from marl.run.train import configure_process
 
     cfg = parse_cli(
         ["--backbone", backbone, "--progress", "false", "--torch-threads", str(threads)]
         + list(more)
         + list(extra)
     )
+    configure_process(cfg)  # as the trainer does (the first call decides numba's layer)
     return MAPPO(cfg, None)
 
 

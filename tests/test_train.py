@@ -203,6 +203,18 @@ def test_invalid_config_fails_before_any_work(tmp_path, capsys):
     assert not run.exists()
 
 
+def test_malloc_tuning_is_applied_by_the_process_settings_unless_turned_off(monkeypatch):
+    import marl.run.train as run_train
+
+    calls = []
+    monkeypatch.setattr(run_train, "set_malloc_thresholds", lambda: calls.append(1) or True)
+    monkeypatch.setattr(run_train, "_set_threading_layer", lambda name: None)
+    run_train.configure_process(parse_cli([]))
+    assert calls == [1] and parse_cli([]).malloc_tuning is True
+    run_train.configure_process(parse_cli(["--malloc-tuning", "false"]))
+    assert calls == [1]
+
+
 # ---------------------------------------------------------------- end to end
 
 

@@ -162,6 +162,13 @@ class BaseConfig:
         "leaves numba's own choice. Set once per process, before the first kernel runs.",
         choices=("workqueue", "omp", "tbb", "default"),
     )
+    malloc_tuning: bool = _f(
+        True,
+        "Fix glibc's allocator thresholds for this process (seqmodels.kernels."
+        "set_malloc_thresholds: tensors up to 32 MiB from the heap, up to 512 MiB of freed "
+        "memory kept) so that each update does not page-fault its large tensors in afresh; "
+        "false: glibc's own adaptive thresholds. No effect off glibc (macOS, musl).",
+    )
     # ---- environment -----------------------------------------------------------------------
     env_fn: str = _f(
         "envs.multisearch_v0:vector_env",

@@ -84,6 +84,7 @@ RESUME_CHANGEABLE: frozenset[str] = frozenset(
         "torch_threads",
         "parallel_update",
         "numba_threading_layer",
+        "malloc_tuning",
     }
 )
 

@@ -90,7 +90,7 @@ from marl.run.runlog import (
     read_metrics,
     wandb_options_from_args,
 )
-from seqmodels.kernels import numba_available, set_numba_threading_layer
+from seqmodels.kernels import numba_available, set_malloc_thresholds, set_numba_threading_layer
 
 __all__ = [
     "ALGORITHMS",
@@ -99,6 +99,7 @@ __all__ = [
     "RUN_FILES",
     "RUN_FOLDERS",
     "register_algorithm",
+    "configure_process",
     "get_algorithm",
     "run_dir_contents",
     "train",
@@ -318,6 +319,16 @@ def _kept_note(saved: dict[str, Any], cfg: BaseConfig) -> str:
     )
 
 
+def configure_process(cfg: BaseConfig) -> None:
+    """The process-wide settings a run asks for, applied before its first kernel runs: numba's
+    threading layer (``--numba-threading-layer``) and glibc's allocator thresholds
+    (``--malloc-tuning``; nothing to tune off glibc). :func:`train` calls it; so do the
+    benchmarks that build a trainer themselves."""
+    _set_threading_layer(cfg.numba_threading_layer)
+    if cfg.malloc_tuning:
+        set_malloc_thresholds()
+
+
 def _set_threading_layer(name: str) -> None:
     """numba's threading layer for this process (``--numba-threading-layer``); a process whose
     numba already runs on another layer (e.g. a second run in one Python session) keeps it,
@@ -364,7 +375,7 @@ def train(
         keep_checkpoints = getattr(cfg, "_keep_checkpoints", None)
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: CUDA is not available here; allowed here: cpu, auto")
-    _set_threading_layer(cfg.numba_threading_layer)
+    configure_process(cfg)
     ctx = _init_distributed(cfg)
     is_main = ctx.is_main
     # default: up to 2 threads per process, the cores shared among torchrun's local ranks

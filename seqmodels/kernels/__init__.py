@@ -9,6 +9,8 @@ numba or mamba-ssm, or uses private torch APIs.
   (table in its docstring).
 - :mod:`seqmodels.kernels.cuda_ops`: mamba-ssm's CUDA kernels (optional, ``[cuda]`` extra).
 - :mod:`seqmodels.kernels.numba_runtime`: numba's threading layer and thread count.
+- :mod:`seqmodels.kernels.allocator`: glibc's allocator thresholds (a program's choice: large
+  tensors from the heap, freed memory kept, no page faults per training step).
 
 Importing seqmodels (or this package) imports neither numba nor mamba-ssm and changes no
 process-wide setting. A program that wants numba's workqueue threading layer (the trainer:
@@ -22,6 +24,7 @@ calls, once, before the first kernel runs::
 
 from __future__ import annotations
 
+from seqmodels.kernels.allocator import malloc_tuning_available, set_malloc_thresholds
 from seqmodels.kernels.cuda_ops import mamba_ssm_available
 from seqmodels.kernels.numba_runtime import (
     THREADING_LAYERS,
@@ -32,8 +35,10 @@ from seqmodels.kernels.numba_runtime import (
 
 __all__ = [
     "THREADING_LAYERS",
+    "malloc_tuning_available",
     "mamba_ssm_available",
     "numba_available",
     "numba_threading_layer",
+    "set_malloc_thresholds",
     "set_numba_threading_layer",
 ]
