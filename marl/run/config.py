@@ -14,7 +14,8 @@ arguments live under ``env:`` in YAML and as ``--env.KEY VALUE`` on the command 
 ``ValueError``) naming the bad option or value and what is allowed, before any work starts.
 
 ``--resume RUN_DIR`` continues a run with its own configuration (RUN_DIR/config.yaml). Only
-the fields in :data:`RESUME_CHANGEABLE` (budget, cadences, outputs, device, threads) may be
+the fields in :data:`RESUME_CHANGEABLE` (budget, cadences, outputs, device, threads,
+process settings such as numba's threading layer and the allocator thresholds) may be
 set to other values on resume; any other field that differs from the run's, from flags or from
 ``--config``, is refused with a message naming the fields (the run's value and the new one).
 """
