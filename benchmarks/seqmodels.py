@@ -23,8 +23,10 @@ Measures (issue 4, item 6), all peers in the same process and run so ratios are 
    fresh process per layer (numba picks its layer once per process), as ratios to workqueue.
 
 numba's threading layer is the script's own choice for its process
-(``seqmodels.kernels.set_numba_threading_layer``, ``--threading-layer``, default workqueue as
-the trainer's); seqmodels itself sets none. So are glibc's allocator thresholds
+(``seqmodels.kernels.set_numba_threading_layer``, ``--threading-layer``, default auto as the
+trainer's: omp for a one-thread pool, workqueue for more); seqmodels itself sets none. With
+``--threads N`` numba's pool is sized to N (as the trainer sizes it to its torch threads)
+unless ``NUMBA_NUM_THREADS`` is set. So are glibc's allocator thresholds
 (``--malloc-tuning``: fixed as the trainer fixes them, ``seqmodels.kernels.
 set_malloc_thresholds``; default: glibc's adaptive ones, under which a Mamba block's large
 activations are paged in afresh each call).
@@ -61,6 +63,7 @@ if str(ROOT) not in sys.path:
 
 from seqmodels import Mamba, Mamba2  # noqa: E402
 from seqmodels.kernels import (  # noqa: E402
+    auto_threading_layer,
     numba_threading_layer,
     set_malloc_thresholds,
     set_numba_threading_layer,
@@ -457,9 +460,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--markdown", type=Path, default=None, help="also write results here")
     parser.add_argument(
         "--threading-layer",
-        choices=LAYERS,
-        default="workqueue",
-        help="numba's threading layer for this process (the trainer's default: workqueue)",
+        choices=("auto", *LAYERS),
+        default="auto",
+        help="numba's threading layer for this process; auto (the trainer's default): omp for "
+        "a one-thread pool (--threads 1), else workqueue",
     )
     parser.add_argument(
         "--compare-threading-layers",
@@ -487,7 +491,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--_layer-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     global clock, threading_layer
+    if args.threads is not None and "NUMBA_NUM_THREADS" not in os.environ:
+        os.environ["NUMBA_NUM_THREADS"] = str(args.threads)  # before numba is imported
     threading_layer = args.threading_layer
+    if threading_layer == "auto":
+        threading_layer = auto_threading_layer()
     set_numba_threading_layer(threading_layer)
     tuned = args.malloc_tuning and set_malloc_thresholds()
     if args._mem_child:
@@ -513,7 +521,7 @@ def main(argv: list[str] | None = None) -> None:
 
     emit(
         f"torch {torch.__version__}, threads {threads}, cpu count {os.cpu_count()}, clock "
-        f"{args.clock}, numba threading layer {args.threading_layer}, glibc thresholds "
+        f"{args.clock}, numba threading layer {threading_layer}, glibc thresholds "
         f"{'fixed (--malloc-tuning)' if tuned else 'adaptive'}, load average "
         f"{os.getloadavg()[0]:.1f}"
     )

@@ -10,12 +10,14 @@ whole Mamba block, the two branches of the masked conv and the MLP runner.)
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -310,6 +312,12 @@ def test_run_sequential_matches_the_module_call(activation):
 # ------------------------------------------------------------------------------------------
 
 
+def _omp_loadable() -> bool:
+    from seqmodels.kernels.numba_runtime import _layer_loadable
+
+    return _layer_loadable("omp")
+
+
 def _python(*parts: str) -> str:
     """Run the code parts in a fresh interpreter (numba's threading layer is chosen once per
     process); returns its stdout."""
@@ -381,6 +389,69 @@ def test_set_numba_threading_layer_before_and_after_the_pool_starts():
         """,
     )
     assert out.strip().endswith("ok")
+
+
+def test_auto_threading_layer_picks_omp_for_a_one_thread_pool(monkeypatch):
+    import seqmodels.kernels.numba_runtime as rt
+
+    monkeypatch.setattr(rt, "_layer_loadable", lambda name: True)
+    assert rt.auto_threading_layer(1) == "omp"
+    for threads in (2, 3, 64):
+        assert rt.auto_threading_layer(threads) == "workqueue"
+    monkeypatch.setattr(rt, "_layer_loadable", lambda name: False)  # no GNU OpenMP here
+    assert rt.auto_threading_layer(1) == "workqueue"
+    for bad in (0, -1, 1.0, True, "1"):
+        with pytest.raises(ValueError, match="pool_threads must be an integer >= 1"):
+            rt.auto_threading_layer(bad)
+
+
+_LAYER_RESULTS = """
+    import sys, numpy as np, torch
+    from seqmodels.kernels import numba_threading_layer, set_numba_threading_layer
+    set_numba_threading_layer(sys.argv[1])
+    torch.manual_seed(0)
+    from seqmodels import Mamba, Mamba2
+    out = {}
+    for name, cls, kw in (("mamba", Mamba, {}), ("mamba2", Mamba2, {"d_state": 8, "headdim": 8})):
+        m = cls(16, backend="numba", **kw)
+        x = torch.randn(3, 37, 16)
+        resets = torch.rand(3, 37) < 0.1
+        y, s = m(x, resets=resets)
+        y.square().sum().backward()
+        out[name + "_y"] = y.detach().numpy()
+        for p_name, p in m.named_parameters():
+            out[name + "_grad_" + p_name] = p.grad.numpy()
+        with torch.no_grad():
+            for t in range(5):
+                y1, s = m.step(x[:, t], s, resets[:, t])
+                out[name + f"_step{t}"] = y1.numpy()
+    assert numba_threading_layer() == sys.argv[1]
+    np.savez(sys.argv[2], **out)
+"""
+
+
+@pytest.mark.skipif(not _omp_loadable(), reason="numba's omp layer needs GNU OpenMP")
+def test_the_threading_layer_changes_speed_not_results(tmp_path):
+    """A one-thread pool on omp (the trainer's 'auto' pick) and on workqueue compute the same
+    forward, gradients and steps, bit for bit."""
+    files = {}
+    for layer in ("omp", "workqueue"):
+        files[layer] = tmp_path / f"{layer}.npz"
+        code = textwrap.dedent(_LAYER_RESULTS)
+        res = subprocess.run(
+            [sys.executable, "-c", code, layer, str(files[layer])],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+            check=False,
+            env={**os.environ, "NUMBA_NUM_THREADS": "1"},
+        )
+        assert res.returncode == 0, res.stderr[-3000:]
+    a, b = np.load(files["omp"]), np.load(files["workqueue"])
+    assert sorted(a.files) == sorted(b.files) and len(a.files) > 10
+    for key in a.files:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
 def test_set_numba_threading_layer_rejects_unknown_names():

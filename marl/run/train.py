@@ -90,7 +90,13 @@ from marl.run.runlog import (
     read_metrics,
     wandb_options_from_args,
 )
-from seqmodels.kernels import numba_available, set_malloc_thresholds, set_numba_threading_layer
+from seqmodels.kernels import (
+    auto_threading_layer,
+    numba_available,
+    numba_threading_layer,
+    set_malloc_thresholds,
+    set_numba_threading_layer,
+)
 
 __all__ = [
     "ALGORITHMS",
@@ -332,9 +338,13 @@ def configure_process(cfg: BaseConfig) -> None:
 def _set_threading_layer(name: str) -> None:
     """numba's threading layer for this process (``--numba-threading-layer``); a process whose
     numba already runs on another layer (e.g. a second run in one Python session) keeps it,
-    with a warning."""
+    with a warning ('auto' keeps it silently: it names no layer)."""
     if name == "default" or not numba_available():
         return
+    if name == "auto":
+        if numba_threading_layer() is not None:
+            return
+        name = auto_threading_layer()
     try:
         set_numba_threading_layer(name)
     except ValueError as exc:

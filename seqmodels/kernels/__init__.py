@@ -13,13 +13,14 @@ numba or mamba-ssm, or uses private torch APIs.
   tensors from the heap, freed memory kept, no page faults per training step).
 
 Importing seqmodels (or this package) imports neither numba nor mamba-ssm and changes no
-process-wide setting. A program that wants numba's workqueue threading layer (the trainer:
-idle workers sleep instead of busy-waiting between the small kernels of a rollout step)
-calls, once, before the first kernel runs::
+process-wide setting. A program that wants the threading layer that suits its thread pool
+(the trainer: omp for a one-thread pool, where each kernel runs in the calling thread;
+workqueue for more, where idle workers sleep instead of busy-waiting between the small kernels
+of a rollout step) calls, once, before the first kernel runs::
 
-    from seqmodels.kernels import set_numba_threading_layer
+    from seqmodels.kernels import auto_threading_layer, set_numba_threading_layer
 
-    set_numba_threading_layer("workqueue")
+    set_numba_threading_layer(auto_threading_layer())
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from seqmodels.kernels.allocator import malloc_tuning_available, set_malloc_thre
 from seqmodels.kernels.cuda_ops import mamba_ssm_available
 from seqmodels.kernels.numba_runtime import (
     THREADING_LAYERS,
+    auto_threading_layer,
     numba_available,
     numba_threading_layer,
     set_numba_threading_layer,
@@ -35,6 +37,7 @@ from seqmodels.kernels.numba_runtime import (
 
 __all__ = [
     "THREADING_LAYERS",
+    "auto_threading_layer",
     "malloc_tuning_available",
     "mamba_ssm_available",
     "numba_available",

@@ -8,6 +8,12 @@ parallel kernel and take the cores from the torch ops between kernels, while wor
 workers sleep (measured on the shared 2-core box with ``benchmarks/seqmodels.py
 --compare-threading-layers``: ``Mamba.step`` at B=1024 on omp used 5.6-6.6x the CPU time of
 workqueue and took 7-8.5x its wall time under load; Mamba / Mamba2 training 1.1-1.9x slower).
+With a pool of one thread it is the other way round: omp runs a one-thread parallel region in
+the calling thread (no worker exists to busy-wait), while workqueue still hands every kernel to
+its one worker thread and waits for it (measured: the fused Mamba step at B=128 takes 2-3x
+as long on workqueue; a whole mamba MAPPO iteration at one thread 1.2-1.3x).
+:func:`auto_threading_layer` picks by the pool size.
+
 A program that wants a layer chooses it for its own process with
 :func:`set_numba_threading_layer` before the first kernel runs; importing or running seqmodels
 leaves the choice to numba.
@@ -126,6 +132,33 @@ def set_numba_threading_layer(name: str) -> None:
     numba.config.THREADING_LAYER = name
 
 
+def auto_threading_layer(pool_threads: int | None = None) -> str:
+    """The faster threading layer for a process whose numba pool has ``pool_threads`` threads
+    (default: numba's ``NUMBA_NUM_THREADS``): "omp" for a one-thread pool (each kernel runs in
+    the calling thread; see the module docstring), else "workqueue" (idle workers sleep);
+    "workqueue" too where numba's omp layer cannot be loaded (no GNU OpenMP).
+
+    Raises:
+        ValueError: ``pool_threads`` is not an integer >= 1.
+    """
+    if pool_threads is None:
+        pool_threads = int(_numba().config.NUMBA_NUM_THREADS)
+    if isinstance(pool_threads, bool) or not isinstance(pool_threads, int) or pool_threads < 1:
+        raise ValueError(f"pool_threads must be an integer >= 1, got {pool_threads!r}")
+    if pool_threads == 1 and _layer_loadable("omp"):
+        return "omp"
+    return "workqueue"
+
+
+def _layer_loadable(name: str) -> bool:
+    """True when numba's module for the concrete layer ``name`` imports here."""
+    try:
+        importlib.import_module(_LAYER_MODULES[name])
+    except ImportError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def torch_thread_count() -> Iterator[None]:
     """Run the enclosed numba kernels with as many threads as torch uses (at most numba's
@@ -146,6 +179,7 @@ def torch_thread_count() -> Iterator[None]:
 
 __all__ = [
     "THREADING_LAYERS",
+    "auto_threading_layer",
     "numba_available",
     "numba_threading_layer",
     "set_numba_threading_layer",
