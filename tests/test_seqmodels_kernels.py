@@ -318,17 +318,20 @@ def _omp_loadable() -> bool:
     return _layer_loadable("omp")
 
 
-def _python(*parts: str) -> str:
+def _python(*parts: str, args: tuple[str, ...] = (), pool: int | None = None) -> str:
     """Run the code parts in a fresh interpreter (numba's threading layer is chosen once per
-    process); returns its stdout."""
+    process) with ``args`` as sys.argv[1:] and, when ``pool`` is given, numba's pool sized to
+    it; returns its stdout."""
     code = "\n".join(textwrap.dedent(part) for part in parts)
+    env = None if pool is None else {**os.environ, "NUMBA_NUM_THREADS": str(pool)}
     out = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=300,
         check=False,
+        env=env,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
@@ -437,21 +440,30 @@ def test_the_threading_layer_changes_speed_not_results(tmp_path):
     files = {}
     for layer in ("omp", "workqueue"):
         files[layer] = tmp_path / f"{layer}.npz"
-        code = textwrap.dedent(_LAYER_RESULTS)
-        res = subprocess.run(
-            [sys.executable, "-c", code, layer, str(files[layer])],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            timeout=300,
-            check=False,
-            env={**os.environ, "NUMBA_NUM_THREADS": "1"},
-        )
-        assert res.returncode == 0, res.stderr[-3000:]
+        _python(_LAYER_RESULTS, args=(layer, str(files[layer])), pool=1)
     a, b = np.load(files["omp"]), np.load(files["workqueue"])
     assert sorted(a.files) == sorted(b.files) and len(a.files) > 10
     for key in a.files:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+@pytest.mark.parametrize("pool, expected", [(1, "omp"), (2, "workqueue")])
+def test_the_trainers_auto_layer_follows_the_numba_pool_in_a_fresh_process(pool, expected):
+    if expected == "omp" and not _omp_loadable():
+        pytest.skip("numba's omp layer needs GNU OpenMP")
+    out = _python(
+        """
+        import numba, torch
+        from marl.run.config import parse_cli
+        from marl.run.train import configure_process
+        configure_process(parse_cli(["--malloc-tuning", "false"]))  # --numba-threading-layer auto
+        from seqmodels import Mamba
+        Mamba(8, backend="numba")(torch.randn(1, 3, 8))
+        print(numba.threading_layer())
+        """,
+        pool=pool,
+    )
+    assert out.split() == [expected]
 
 
 def test_set_numba_threading_layer_rejects_unknown_names():

@@ -237,34 +237,6 @@ def test_auto_threading_layer_is_the_default_and_keeps_a_running_layer(monkeypat
         parse_cli(["--numba-threading-layer", "openmp"])
 
 
-@pytest.mark.parametrize("pool, expected", [("1", "omp"), ("2", "workqueue")])
-def test_auto_threading_layer_follows_the_numba_pool_in_a_fresh_process(pool, expected):
-    from seqmodels.kernels.numba_runtime import _layer_loadable
-
-    if expected == "omp" and not _layer_loadable("omp"):
-        pytest.skip("numba's omp layer needs GNU OpenMP")
-    code = (
-        "import numba, torch\n"
-        "from marl.run.config import parse_cli\n"
-        "from marl.run.train import configure_process\n"
-        "configure_process(parse_cli(['--malloc-tuning', 'false']))\n"
-        "from seqmodels import Mamba\n"
-        "Mamba(8, backend='numba')(torch.randn(1, 3, 8))\n"
-        "print(numba.threading_layer())\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        check=False,
-        env={**os.environ, "NUMBA_NUM_THREADS": pool},
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == [expected]
-
-
 # ---------------------------------------------------------------- end to end
 
 
