@@ -3,7 +3,7 @@
 # and every part skips its finished runs and resumes the interrupted ones.
 #
 #   bash benchmarks/memory_study.sh [--out DIR] [--cpu S] [--seeds K] [--jobs J] [--dry-run]
-#                                   [--parts memory,family,grouping_mamba,grouping_mamba2]
+#                                   [--parts memory,family,grouping_mamba,grouping_mamba2,...]
 #
 # Parts, in this order (each a `python -m marl.compare` directory under --out):
 #   memory           mlp / gru / mamba / mamba2 on the memory preset, K seeds, S CPU seconds
@@ -17,6 +17,11 @@
 #                    Its 'type' arm is the default configuration: the memory part's mamba runs
 #                    (same code, seeds, budget and resolved config) are copied in, not rerun.
 #   grouping_mamba2  as grouping_mamba with mamba2.
+#   grouping_mamba2_paired
+#                    type and position with mamba2, both arms run anew and side by side (seed
+#                    k of both at once with --jobs 2), so that machine load falls on both
+#                    alike: the check of grouping_mamba2, whose copied type arm ran in other
+#                    sessions than its new arms.
 #
 # The variants are spelled out with --variant (not --study), so that a checkout that predates
 # the grouping study's current definition runs the same configurations. Keep finished runs in
@@ -30,10 +35,10 @@ OUT=runs/memory_study
 CPU=600
 SEEDS=8
 JOBS=1
-PARTS=memory,family,grouping_mamba,grouping_mamba2
+PARTS=memory,family,grouping_mamba,grouping_mamba2,grouping_mamba2_paired
 DRY=""
 PY="${PYTHON:-.venv/bin/python}"
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT="$2"; shift 2 ;;
@@ -80,6 +85,11 @@ for part in ${PARTS//,/ }; do
             compare "$OUT/memory" --study memory ;;
         grouping_mamba) grouping mamba ;;
         grouping_mamba2) grouping mamba2 ;;
+        grouping_mamba2_paired)
+            ti="--whitening=team_individual,--alpha=0.5"
+            compare "$OUT/grouping_mamba2_paired" --common="--backbone=mamba2,--env.preset=memory" \
+                --reference type --variant "type:$ti,--whiten-inner=type" \
+                --variant "position:$ti,--whiten-inner=position" ;;
         family)
             i=0
             for env in "18,3,2,6,1200" "24,2,2,4,1400" "23,2,3,6,1200"; do
@@ -89,6 +99,6 @@ for part in ${PARTS//,/ }; do
                     --common="--env.preset=memory,--env.grid_size=$g,--env.n_scouts=$s,--env.n_rescuers=$r,--env.n_targets=$t,--env.max_cycles=$c" \
                     --variant "gru:--backbone=gru" --variant "mamba:--backbone=mamba"
             done ;;
-        *) echo "memory_study.sh: unknown part '$part' (memory, grouping_mamba, family, grouping_mamba2)" >&2; exit 2 ;;
+        *) echo "memory_study.sh: unknown part '$part' (memory, grouping_mamba, family, grouping_mamba2, grouping_mamba2_paired)" >&2; exit 2 ;;
     esac
 done

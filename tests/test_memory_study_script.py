@@ -28,7 +28,8 @@ def run(*args: str, tmp: Path) -> subprocess.CompletedProcess:
 def test_help_lists_the_parts(tmp_path: Path) -> None:
     res = run("--help", tmp=tmp_path)
     assert res.returncode == 0
-    for word in ("--cpu", "--seeds", "--parts", "grouping_mamba", "family", "--at-env-steps"):
+    for word in ("--cpu", "--seeds", "--parts", "grouping_mamba", "family", "--at-env-steps",
+                 "grouping_mamba2_paired"):  # fmt: skip
         assert word in res.stdout
 
 
@@ -62,3 +63,19 @@ def test_dry_run_plans_the_grouping_and_family_parts(tmp_path: Path) -> None:
     assert len(family) == 3 * 2 * 3  # three configurations, two backbones, three seeds each
     assert sum("--env.grid_size=24" in x for x in family) == 6
     assert not any((tmp_path / "study").glob("*/runs"))  # nothing ran
+
+
+def test_dry_run_plans_the_paired_rerun_without_copied_runs(tmp_path: Path) -> None:
+    memory = tmp_path / "study" / "memory" / "runs" / "mamba2" / "seed_0"
+    memory.mkdir(parents=True)
+    (memory / "finished.json").write_text("{}")  # a finished memory-part run: not copied in
+    res = run("--dry-run", "--seeds", "2", "--cpu", "30", "--parts", "grouping_mamba2_paired",
+              tmp=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    planned = [x for x in res.stdout.splitlines() if x.startswith(("type/", "position/", "chunk/"))]
+    assert sorted(x.split(" ")[0] for x in planned) == [
+        "position/seed_0", "position/seed_1", "type/seed_0", "type/seed_1"
+    ]  # fmt: skip
+    assert all("--backbone=mamba2 " in x and "--max-cpu-time=30" in x for x in planned)
+    assert sum("--whiten-inner=type" in x for x in planned) == 2
+    assert not (tmp_path / "study" / "grouping_mamba2_paired" / "runs").exists()
