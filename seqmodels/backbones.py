@@ -42,8 +42,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seqmodels.kernels.numba_runtime import numba_thread_safe
 from seqmodels.mamba import Mamba, Mamba2, _check_resets
 from seqmodels.ops import rmsnorm, rmsnorm_reference
+from seqmodels.scan import resolve_backend
 
 KINDS = ("mlp", "gru", "mamba", "mamba2")
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU, "gelu": nn.GELU}
@@ -246,10 +248,6 @@ class MambaBackbone(Backbone):
     """
 
     is_recurrent = True
-    # seqmodels' numba CPU kernels may run on numba's workqueue threading layer (the trainer
-    # chooses it: seqmodels.kernels.set_numba_threading_layer), which terminates the process
-    # when entered from two Python threads at once
-    thread_safe = False
 
     def __init__(
         self,
@@ -297,6 +295,18 @@ class MambaBackbone(Backbone):
     @property
     def backend(self) -> str:
         return self.blocks[0].backend
+
+    @property
+    def thread_safe(self) -> bool:  # type: ignore[override]
+        """False where the blocks run seqmodels' numba kernels (CPU, backend numba or auto)
+        and numba's threading layer is one that terminates the process when two Python
+        threads enter it at once (workqueue: the trainer picks it for pools of two or more
+        threads; see :func:`seqmodels.kernels.numba_thread_safe`); True otherwise (omp,
+        tbb, or torch ops only)."""
+        weight = self.proj.weight
+        if resolve_backend(self.backend, weight.device, weight.dtype) != "numba":
+            return True
+        return numba_thread_safe()
 
     @backend.setter
     def backend(self, value: str) -> None:

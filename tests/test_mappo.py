@@ -301,15 +301,16 @@ def _critic_job_error(self, *args):
 
 @pytest.mark.parametrize("backbone", ["mlp", "gru"])
 def test_parallel_update_matches_sequential_update(backbone):
-    """The critic's epochs in a second thread (alongside the policy's) and the agent types'
-    actors side by side give bit-identical parameters and metrics to running them one after
-    another (the threading changes speed only)."""
+    """The critic's epochs in a second thread (alongside the policy's) and, for recurrent
+    actors, the agent types' actors side by side give bit-identical parameters and metrics to
+    running them one after another (the threading changes speed only)."""
     results = []
     for parallel in (False, True):
         torch.manual_seed(0)
         algo = MAPPO(_cfg(backbone=backbone, seq_len=4, parallel_update=parallel, seed=1), None)
         metrics = [algo.iteration(0.0) for _ in range(3)]
-        assert algo.parallel is parallel and algo.policy_update.parallel is False
+        assert algo.parallel is parallel
+        assert algo.policy_update.parallel is (parallel and backbone == "gru")
         results.append((algo, metrics))
     (seq, m_seq), (par, m_par) = results
     for a, b in zip(
@@ -356,20 +357,28 @@ def test_parallel_update_error_reaches_the_caller(monkeypatch):
 
 
 @pytest.mark.parametrize("backbone", ["mamba", "mamba2"])
-def test_parallel_update_runs_mamba_types_one_after_another(backbone):
-    """seqmodels' numba kernels must not be entered from two threads at once (numba's
-    workqueue layer aborts the process): with mamba backbones the agent types are updated in
-    turn, the critic still in its thread, and the results equal the sequential update's."""
+def test_parallel_update_mamba_types_side_by_side_where_numba_allows(backbone, monkeypatch):
+    """seqmodels' numba kernels may be entered from two threads at once only on a thread-safe
+    numba layer (omp, tbb; workqueue aborts the process): there the agent types' actors run
+    side by side, else one after another, the critic in its thread either way, and the
+    results equal the sequential update's."""
+    from seqmodels.kernels import numba_thread_safe
+
+    safe = numba_thread_safe()
     results = []
     for parallel in (False, True):
         torch.manual_seed(0)
         algo = MAPPO(_cfg(backbone=backbone, seq_len=4, parallel_update=parallel), None)
-        assert algo.policy_update.parallel is False
         assert algo.parallel is parallel
+        assert algo.policy_update.parallel is (parallel and safe)
         algo.iteration(0.0)
         results.append(algo)
     for a, b in zip(results[0].policy.parameters(), results[1].policy.parameters(), strict=True):
         assert torch.equal(a, b)
+    # on a layer that is not thread-safe the types are updated in turn
+    monkeypatch.setattr("seqmodels.backbones.numba_thread_safe", lambda: False)
+    algo = MAPPO(_cfg(backbone=backbone, seq_len=4, parallel_update=True), None)
+    assert algo.parallel is True and algo.policy_update.parallel is False
 
 
 def test_sequence_whitening_key_never_spans_an_autoreset():

@@ -408,6 +408,86 @@ def test_auto_threading_layer_picks_omp_for_a_one_thread_pool(monkeypatch):
             rt.auto_threading_layer(bad)
 
 
+def test_numba_thread_safe_follows_the_running_or_the_requested_layer(monkeypatch):
+    """Hand-worked against numba's rules: the running layer decides; before the pool starts,
+    the first loadable layer that satisfies the requested name (tbb, omp, workqueue for
+    "default"; tbb, workqueue for "forksafe")."""
+    import numba
+
+    import seqmodels.kernels.numba_runtime as rt
+
+    monkeypatch.setattr(rt, "numba_threading_layer", lambda: "workqueue")
+    assert rt.numba_thread_safe() is False
+    for layer in ("omp", "tbb"):
+        monkeypatch.setattr(rt, "numba_threading_layer", lambda layer=layer: layer)
+        assert rt.numba_thread_safe() is True
+    monkeypatch.setattr(rt, "numba_threading_layer", lambda: None)
+    loadable = {"tbb": False, "omp": True, "workqueue": True}
+    monkeypatch.setattr(rt, "_layer_loadable", lambda name: loadable[name])
+    cases = {"workqueue": False, "omp": True, "default": True, "threadsafe": True,
+             "forksafe": False, "safe": False}  # fmt: skip
+    for requested, expected in cases.items():
+        monkeypatch.setattr(numba.config, "THREADING_LAYER", requested)
+        assert rt.numba_thread_safe() is expected, requested
+    loadable["omp"] = False  # no GNU OpenMP: "default" falls through to workqueue
+    monkeypatch.setattr(numba.config, "THREADING_LAYER", "default")
+    assert rt.numba_thread_safe() is False
+    loadable["tbb"] = True
+    assert rt.numba_thread_safe() is True
+
+
+def test_mamba_backbone_is_thread_safe_off_the_numba_backend(monkeypatch):
+    from seqmodels.backbones import MambaBackbone
+
+    monkeypatch.setattr("seqmodels.backbones.numba_thread_safe", lambda: False)
+    for kind in ("mamba", "mamba2"):
+        net = MambaBackbone(kind, 8, 16)
+        assert net.thread_safe is False  # CPU float32, backend auto: numba's kernels
+        net.backend = "chunked"
+        assert net.thread_safe is True
+        net.backend = "numba"
+        monkeypatch.setattr("seqmodels.backbones.numba_thread_safe", lambda: True)
+        assert net.thread_safe is True
+        monkeypatch.setattr("seqmodels.backbones.numba_thread_safe", lambda: False)
+
+
+@pytest.mark.skipif(not _omp_loadable(), reason="numba's omp layer needs GNU OpenMP")
+def test_mappo_runs_mamba_types_side_by_side_on_omp_with_sequential_results():
+    """On the omp layer (the trainer's pick for a one-thread pool) MAPPO updates the agent
+    types' mamba actors in two threads at once: no abort, and bit for bit the parameters of
+    the types updated one after another."""
+    out = _python(
+        """
+        import sys, torch
+        sys.path.insert(0, "tests")
+        torch.set_num_threads(1)  # as the trainer sets it for a one-thread numba pool
+        from seqmodels.kernels import numba_threading_layer, set_numba_threading_layer
+        set_numba_threading_layer("omp")
+        from marl.algos.mappo import MAPPO
+        from marl.run.config import TrainConfig, validate_config
+        for backbone in ("mamba", "mamba2"):
+            params = []
+            for parallel in (False, True):
+                cfg = TrainConfig(env_fn="test_train_fakeenv:vector_env", num_envs=6,
+                                  rollout_steps=12, seq_len=4, backbone=backbone,
+                                  env={"max_cycles": 5, "goal": 2}, progress=False,
+                                  parallel_update=parallel)
+                validate_config(cfg)
+                torch.manual_seed(0)
+                algo = MAPPO(cfg, None)
+                assert algo.policy_update.parallel is parallel
+                for _ in range(2):
+                    algo.iteration(0.0)
+                params.append([p.detach().clone() for p in algo.policy.parameters()])
+            assert all(torch.equal(a, b) for a, b in zip(*params, strict=True)), backbone
+        assert numba_threading_layer() == "omp"
+        print("ok")
+        """,
+        pool=1,
+    )
+    assert out.strip().endswith("ok")
+
+
 _LAYER_RESULTS = """
     import sys, numpy as np, torch
     from seqmodels.kernels import numba_threading_layer, set_numba_threading_layer

@@ -222,8 +222,10 @@ class BaseConfig:
     parallel_update: bool = _f(
         True,
         "Run the independent parts of an update in threads on separate cores: MAPPO runs the "
-        "critic's value epochs alongside the policy epochs; GRPO (no critic) each agent "
-        "type's actor forward/backward side by side (mlp and gru backbones). Identical "
+        "critic's value epochs alongside the policy epochs and, for recurrent actors, each "
+        "agent type's actor forward/backward side by side; GRPO (no critic) the agent types "
+        "side by side for every backbone. Mamba / Mamba2 actors join in only on a thread-safe "
+        "numba layer (omp or tbb: the one-thread default; not workqueue). Identical "
         "results either way (the parts are combined in a fixed order; the critic's minibatch "
         "order is drawn before the policy's). Distributed runs keep the parts in order, so "
         "that collectives match.",

@@ -23,7 +23,9 @@ One iteration reads top to bottom in :meth:`MAPPO.iteration` and :meth:`MAPPO.up
    returns, its own Adam.
 
 With ``parallel_update`` steps 4 and 5 run side by side in two threads (they share nothing;
-the critic's minibatch orders are drawn first, so the results are the same either way).
+the critic's minibatch orders are drawn first, so the results are the same either way), and,
+for recurrent actors whose backbones allow it (``thread_safe``), step 4 runs each agent
+type's forward and backward in its own thread too (one optimiser step after both).
 """
 
 from __future__ import annotations
@@ -278,8 +280,12 @@ class MAPPO(Algorithm):
             broadcast_parameters(self.policy, ctx)
             broadcast_parameters(self.critic, ctx)
         # the critic's epochs run beside the policy's (1.10x an iteration); each agent type's
-        # actor in its own thread adds nothing on top of that (1.00x, BENCHMARKS.md)
-        self.policy_update = PolicyUpdate.from_config(self.policy, cfg, parallel=False, ctx=ctx)
+        # actor in its own thread as well pays only for recurrent actors, whose windows
+        # outweigh the hand-off (memory preset, 1 thread: gru 1.14x, mamba 1.34x, mamba2
+        # 1.30x; mlp 0.94-0.98x; BENCHMARKS.md)
+        self.policy_update = PolicyUpdate.from_config(
+            self.policy, cfg, parallel=self.parallel and self.policy.is_recurrent, ctx=ctx
+        )
         self.offset = self.policy_update.offset
         self.critic_opt = torch.optim.Adam(
             self.critic.parameters(), lr=cfg.resolved_critic_lr, eps=1e-5, fused=True

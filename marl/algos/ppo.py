@@ -292,12 +292,15 @@ class PolicyUpdate:
         # per-tensor loop torch uses by default on CPU for these small networks)
         self.optimizer = torch.optim.Adam(self.params, lr=lr, eps=1e-5, fused=True)
         self.distributed = ctx is not None and ctx.enabled
-        # agent types side by side only where their backbones may run in two threads at once
+        # agent types side by side only where their backbones may run in two threads at once,
+        # and not where both types would add several gradients each to the shared optimism
+        # offset (truncated BPTT: one backward per chunk), whose sum order would then vary
         self.parallel = (
             parallel
             and not self.distributed
             and len(policy.actors) > 1
             and all(bool(getattr(a.backbone, "thread_safe", True)) for a in policy.actors.values())
+            and (offset is None or tbptt_chunk is None)
         )
 
     @classmethod

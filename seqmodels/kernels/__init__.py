@@ -31,6 +31,7 @@ from seqmodels.kernels.numba_runtime import (
     THREADING_LAYERS,
     auto_threading_layer,
     numba_available,
+    numba_thread_safe,
     numba_threading_layer,
     set_numba_threading_layer,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "malloc_tuning_available",
     "mamba_ssm_available",
     "numba_available",
+    "numba_thread_safe",
     "numba_threading_layer",
     "set_malloc_thresholds",
     "set_numba_threading_layer",

@@ -88,6 +88,20 @@ def numba_threading_layer() -> str | None:
         return None
 
 
+def numba_thread_safe() -> bool:
+    """True when two Python threads may run numba's parallel kernels at the same time in this
+    process: the threading layer numba runs on is omp or tbb or, while its pool has not
+    started, the layer it will pick (``numba.config.THREADING_LAYER`` resolved as numba
+    resolves it: the first loadable of the layers that satisfy it) is one of those. False for
+    workqueue, which aborts the process when entered from two threads at once."""
+    current = numba_threading_layer()
+    if current is None:
+        requested = str(_numba().config.THREADING_LAYER)
+        candidates = _SATISFIES.get(requested, (requested,))
+        current = next((n for n in candidates if _layer_loadable(n)), "workqueue")
+    return current in _SATISFIES["threadsafe"]
+
+
 def set_numba_threading_layer(name: str) -> None:
     """Choose numba's threading layer for this process (a program's own choice, e.g. the
     trainer's command line; seqmodels never calls it).
@@ -181,6 +195,7 @@ __all__ = [
     "THREADING_LAYERS",
     "auto_threading_layer",
     "numba_available",
+    "numba_thread_safe",
     "numba_threading_layer",
     "set_numba_threading_layer",
     "torch_thread_count",
