@@ -296,6 +296,11 @@ class MambaBackbone(Backbone):
     def backend(self) -> str:
         return self.blocks[0].backend
 
+    @backend.setter
+    def backend(self, value: str) -> None:
+        for block in self.blocks:
+            block.backend = value
+
     @property
     def thread_safe(self) -> bool:  # type: ignore[override]
         """False where the blocks run seqmodels' numba kernels (CPU, backend numba or auto)
@@ -307,11 +312,6 @@ class MambaBackbone(Backbone):
         if resolve_backend(self.backend, weight.device, weight.dtype) != "numba":
             return True
         return numba_thread_safe()
-
-    @backend.setter
-    def backend(self, value: str) -> None:
-        for block in self.blocks:
-            block.backend = value
 
     def initial_state(self, batch_size: int) -> tuple[Tensor, ...]:
         return tuple(t for block in self.blocks for t in block.initial_state(batch_size))

@@ -325,6 +325,18 @@ def test_parallel_update_matches_sequential_update(backbone):
         assert [m[key] for m in m_seq] == [m[key] for m in m_par]
 
 
+def test_types_stay_in_turn_where_the_offset_meets_truncated_bptt():
+    """The optimism offset is shared by the agent types: with truncated BPTT each type adds
+    several gradients to it, whose sum order would depend on the threads, so the types run
+    in turn there (and side by side with the offset alone, which adds one gradient each)."""
+    base = dict(backbone="gru", seq_len=4, parallel_update=True, optimism_offset=0.5)
+    assert MAPPO(_cfg(**base), None).policy_update.parallel is True
+    assert MAPPO(_cfg(**base, tbptt_chunk=2), None).policy_update.parallel is False
+    assert MAPPO(
+        _cfg(**{**base, "optimism_offset": None}, tbptt_chunk=2), None
+    ).policy_update.parallel
+
+
 def test_state_dict_resumes_exactly():
     """A state_dict taken between iterations resumes to the same parameters as the
     uninterrupted run (env state, recurrent state, optimisers, statistics)."""
