@@ -97,7 +97,7 @@ def numba_thread_safe() -> bool:
     current = numba_threading_layer()
     if current is None:
         requested = str(_numba().config.THREADING_LAYER)
-        candidates = _SATISFIES.get(requested, (requested,))
+        candidates = _SATISFIES.get(requested, ())  # a name numba would refuse: unsafe
         current = next((n for n in candidates if _layer_loadable(n)), "workqueue")
     return current in _SATISFIES["threadsafe"]
 
