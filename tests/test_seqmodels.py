@@ -625,6 +625,35 @@ def test_numba_fast_exp_float32_accuracy():
         assert (got[x == 0] == 1.0).all()
 
 
+def test_numba_opaque_and_prefetch_leave_values_alone():
+    # _opaque (the polynomial constants kept in registers) returns its argument bit for bit,
+    # NaN, signed zero and infinities included; _prefetch_row is a hint: it reads nothing into
+    # the results and takes rows of any length (a partial last cache line, empty, float64).
+    numba = pytest.importorskip("numba")
+    from seqmodels.kernels.numba_jit import _opaque, _prefetch_row
+
+    @numba.njit
+    def through(x):
+        out = np.empty_like(x)
+        for i in range(x.size):
+            out[i] = _opaque(x[i])
+        return out
+
+    @numba.njit
+    def prefetch_then_sum(a):
+        _prefetch_row(a)
+        return a.sum()
+
+    for dtype in (np.float32, np.float64):
+        x = np.array([0.0, -0.0, 1.5, -3.25e-38, 1e-45, np.inf, -np.inf, np.nan], dtype=dtype)
+        got = through(x)
+        assert got.dtype == dtype
+        assert got.tobytes() == x.tobytes()
+        for n in (0, 1, 15, 16, 17, 130):
+            a = np.arange(n, dtype=dtype)
+            assert prefetch_then_sum(a) == a.sum()
+
+
 @pytest.mark.parametrize("d_shape", ["head", "channel"])
 def test_ssd_numba_with_D_matches_reference(d_shape, monkeypatch):
     monkeypatch.setattr(numba_ops, "NUMBA_CHECKPOINT_EVERY", 16)

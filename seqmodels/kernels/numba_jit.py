@@ -17,6 +17,7 @@ reaches neither the outputs and states from it on nor the gradients of the input
 from __future__ import annotations
 
 import math
+import platform
 
 import numba
 import numpy as np
@@ -25,6 +26,7 @@ from numba import types
 from numba.extending import intrinsic, overload
 
 prange = numba.prange
+_X86_64 = platform.machine().lower() in ("x86_64", "amd64")
 
 # Only FMA contraction ("contract") of the fast-math flags: a fused multiply-add rounds once
 # instead of twice (never less accurate), keeps NaN / inf / signed-zero semantics and lets LLVM
@@ -80,6 +82,58 @@ def _bits_float(typingctx, x):
         return builder.bitcast(args[0], llty)
 
     return ret(x), codegen
+
+
+@intrinsic
+def _opaque(typingctx, x):
+    """x itself, through ``llvm.arithmetic.fence`` (a no-op on the value). For the float32
+    polynomial constants below: LLVM keeps a constant splat as a constant-pool operand and, in
+    numba's JIT (large code model), reloads it in every iteration of a vectorised loop (a
+    64-bit address move and a broadcast per constant: 18 of the 36 instructions of the backward
+    scan's exp loop). An opaque value is computed once, outside the loop, and stays in a vector
+    register (measured: that loop 36 -> 23 instructions; results bit-identical). Only on
+    x86-64, where it was measured; elsewhere x itself."""
+    if x not in (types.float32, types.float64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        if not _X86_64:
+            return args[0]
+        llty = args[0].type
+        fence = builder.module.declare_intrinsic(
+            "llvm.arithmetic.fence", [llty], ir.FunctionType(llty, [llty])
+        )
+        return builder.call(fence, [args[0]])
+
+    return x(x), codegen
+
+
+@intrinsic
+def _prefetch(typingctx, a, i):
+    """Ask for the cache line holding a[i] (1-D array) ahead of a read (``llvm.prefetch``; a
+    hint: no effect on results)."""
+    if not isinstance(a, types.Array) or a.ndim != 1 or not isinstance(i, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        arr = context.make_array(signature.args[0])(context, builder, args[0])
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = builder.module.declare_intrinsic(
+            "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        )
+        ptr = builder.bitcast(builder.gep(arr.data, [args[1]]), i8p)
+        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # read, keep in all levels, data
+        return context.get_dummy_value()
+
+    return types.none(a, i), codegen
+
+
+@numba.njit(cache=True, inline="always")
+def _prefetch_row(a):
+    """Prefetch every 64-byte cache line of the contiguous 1-D array a."""
+    for j in range(0, a.shape[0], 64 // a.itemsize):
+        _prefetch(a, j)
 
 
 def fexp(x):
@@ -170,16 +224,17 @@ def _fexp_impl(x):
     if x == types.float32:
 
         def impl32(x):
-            v = min(max(x, _XMIN_32), _XMAX_32)
-            s = v * _LOG2E_32 + _SHIFT_32
-            k = s - _SHIFT_32
-            r = (v - k * _LN2_HI_32) - k * _LN2_LO_32
-            q = _E6 * r + _E5
-            q = q * r + _E4
-            q = q * r + _E3
-            q = q * r + _E2
-            q = q * r + _E1
-            return _scale_exp32(q * r + _ONE_32, s, x >= _XLOW_32)
+            v = min(max(x, _opaque(_XMIN_32)), _opaque(_XMAX_32))
+            shift = _opaque(_SHIFT_32)
+            s = v * _opaque(_LOG2E_32) + shift
+            k = s - shift
+            r = (v - k * _opaque(_LN2_HI_32)) - k * _opaque(_LN2_LO_32)
+            q = _opaque(_E6) * r + _opaque(_E5)
+            q = q * r + _opaque(_E4)
+            q = q * r + _opaque(_E3)
+            q = q * r + _opaque(_E2)
+            q = q * r + _opaque(_E1)
+            return _scale_exp32(q * r + _opaque(_ONE_32), s, x >= _opaque(_XLOW_32))
 
         return impl32
     if x == types.float64:
@@ -194,14 +249,15 @@ def _fexp2_impl(t):
         def impl32(t):
             # clamped at -127: k = -127 comes with f >= 0 (p >= 1), and 2^-127 * p is assembled
             # with a zero exponent field (0 at t = -127 exactly, a value < 2^-126 above)
-            v = min(max(t, _TMIN_32), _TMAX_32)
-            s = v + _SHIFT_32
-            f = v - (s - _SHIFT_32)
-            q = _Q5 * f + _Q4
-            q = q * f + _Q3
-            q = q * f + _Q2
-            q = q * f + _Q1
-            return _scale_exp32(q * f + _ONE_32, s, True)
+            v = min(max(t, _opaque(_TMIN_32)), _opaque(_TMAX_32))
+            shift = _opaque(_SHIFT_32)
+            s = v + shift
+            f = v - (s - shift)
+            q = _opaque(_Q5) * f + _opaque(_Q4)
+            q = q * f + _opaque(_Q3)
+            q = q * f + _opaque(_Q2)
+            q = q * f + _opaque(_Q1)
+            return _scale_exp32(q * f + _opaque(_ONE_32), s, True)
 
         return impl32
     if t == types.float64:
@@ -236,16 +292,17 @@ def _fsoftplus_impl(x):
     if x == types.float32:
 
         def impl32(x):
+            two = _opaque(_TWO_32)
             e = fexp(-abs(x))
-            s = e / (_TWO_32 + e)
+            s = e / (two + e)
             s2 = s * s
-            p = _S13 * s2 + _S11
-            p = p * s2 + _S9
-            p = p * s2 + _S7
-            p = p * s2 + _S5
-            p = p * s2 + _S3
-            p = p * s2 + _ONE_32
-            return max(x, _ZERO_32) + _TWO_32 * s * p
+            p = _opaque(_S13) * s2 + _opaque(_S11)
+            p = p * s2 + _opaque(_S9)
+            p = p * s2 + _opaque(_S7)
+            p = p * s2 + _opaque(_S5)
+            p = p * s2 + _opaque(_S3)
+            p = p * s2 + _opaque(_ONE_32)
+            return max(x, _opaque(_ZERO_32)) + two * s * p
 
         return impl32
     if x == types.float64:
@@ -1159,6 +1216,11 @@ def mamba_fused_bwd(
     products (:func:`_dot`) instead of product arrays summed by :func:`_lane_sum`:
     dC[n] = gy . h[n], dB[n] = (gh[n] + gy C[n]) . dtu = gh[n] . dtu + C[n] (gy . dtu) with gh
     the state gradient before the step's update.
+
+    The reverse pass reads the per-step rows (u, z, dy, the saved output, C) from the last step
+    back, an order the hardware prefetcher does not follow: each step prefetches the rows of
+    the step before (measured at B=32, L=1024, d_inner 128: their cache misses were ~10% of
+    the kernel's time; with the prefetch 1.05-1.07x the kernel's speed).
     """
     batch, length, d_inner = u.shape
     d_state = At.shape[0]
@@ -1223,6 +1285,13 @@ def mamba_fused_bwd(
                         hs[i + 1, n, d] = a * h_prev[n, d] + dtu[d] * bn
             for i in range(stop - start - 1, -1, -1):
                 t = start + i
+                if t > 0:  # the rows of the step before, ahead of their reads (see the docstring)
+                    _prefetch_row(zsrc[b, t - 1, zoff : zoff + d_inner])
+                    _prefetch_row(dy[b, t - 1])
+                    _prefetch_row(u[b, t - 1])
+                    if have_pre:
+                        _prefetch_row(pre[b, t - 1])
+                    _prefetch_row(Cm[b, t - 1])
                 ur = u[b, t]
                 zr = zsrc[b, t, zoff : zoff + d_inner]
                 dyr = dy[b, t]
