@@ -128,7 +128,7 @@ def test_compare_on_gymnasium_env_runs_every_seed_through_the_adapter(tmp_path):
     common += ["--eval-episodes=2", "--eval-every=0", *TINY_MAPPO]
     argv = [sys.executable, "-m", "marl.compare", "--common=" + ",".join(common)]
     argv += ["--variant", "batch:--whitening=batch", "--variant", "none:--whitening=none"]
-    argv += ["--seeds", "2", "--total-steps", "128"]
+    argv += ["--seeds", "2", "--pilot", "--total-steps", "128"]
     argv += ["--jobs", "2", "--out", str(out), "--no-progress", "--no-plots"]
     argv += ["--bootstrap-reps", "50"]
     proc = subprocess.run(argv, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=140)

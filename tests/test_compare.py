@@ -149,7 +149,7 @@ def test_bad_variant_rejected_before_any_run(
 ) -> None:
     log = tmp_path / "calls.log"
     out = tmp_path / "out"
-    argv = ["--variant", "ok:--alpha=0.5", "--variant", variant, "--seeds", "2"]
+    argv = ["--variant", "ok:--alpha=0.5", "--variant", variant, "--seeds", "2", "--pilot"]
     argv += ["--total-steps", "64", "--out", str(out), "--train-command", fake_train]
     with pytest.raises(SystemExit) as exc:
         run_main(argv, monkeypatch, log)
@@ -245,7 +245,7 @@ def test_whitening_none_variant_parses() -> None:
 @pytest.mark.parametrize("budget", ["--max-time", "--max-cpu-time"])
 def test_study_cli_dry_run(tmp_path: Path, capsys, budget: str) -> None:
     code = compare.main(
-        ["--study", "calibration", "--seeds", "2", budget, "30", "--jobs", "2"]
+        ["--study", "calibration", "--seeds", "2", "--pilot", budget, "30", "--jobs", "2"]
         + ["--out", str(tmp_path / "o"), "--dry-run"]
     )
     assert code == 0
@@ -260,7 +260,7 @@ def test_cpu_time_budget_reaches_runs_report_and_spec(
     tmp_path: Path, fake_train: str, monkeypatch, capsys
 ) -> None:
     out, log = tmp_path / "out", tmp_path / "calls.log"
-    argv = ["--variant", "a:--alpha=0.2", "--variant", "b:--alpha=0.6", "--seeds", "2"]
+    argv = ["--variant", "a:--alpha=0.2", "--variant", "b:--alpha=0.6", "--seeds", "2", "--pilot"]
     argv += ["--out", str(out), "--train-command", fake_train, "--no-progress", "--no-plots"]
     argv += ["--bootstrap-reps", "50"]
     assert run_main([*argv, "--max-cpu-time", "5"], monkeypatch, log) == 0
@@ -285,7 +285,7 @@ def fake_compare(tmp_path_factory, fake_train: str):
     tmp = tmp_path_factory.mktemp("cmp")
     out, log = tmp / "out", tmp / "calls.log"
     argv = ["--variant", "a:--alpha=0.2", "--variant", "b:--alpha=0.6"]
-    argv += ["--variant", "c:--alpha=0.9", "--seeds", "3", "--total-steps", "800"]
+    argv += ["--variant", "c:--alpha=0.9", "--seeds", "3", "--pilot", "--total-steps", "800"]
     argv += ["--jobs", "2", "--out", str(out), "--train-command", fake_train]
     argv += ["--bootstrap-reps", "100", "--entropy-threshold", "0.35", "--no-progress"]
     mp = pytest.MonkeyPatch()
@@ -341,10 +341,23 @@ def test_fake_compare_figures(fake_compare) -> None:
     # mean success b - a = 0.5 * (0.6 - 0.2) = 0.2; relative 0.35 / 0.15 - 1
     assert poi["mean_difference"]["value"] == pytest.approx(0.2)
     assert poi["mean_difference"]["relative"] == pytest.approx(0.35 / 0.15 - 1)
-    assert (
-        "b beats a on final success rate: P(improvement) = 1.00 [1.00, 1.00] "
-        "(3 vs 3 runs: indicative only)." in s["verdicts"]
+    # paired by seed, every difference is +0.2: of the 2**3 sign patterns only all-plus and
+    # all-minus reach |mean| 0.2, so p = 2/8; c has no runs, so Holm has one p-value to adjust
+    assert s["primary_metric"] == "success_rate"
+    assert poi["p_value"] == pytest.approx(0.25) and poi["test"]["paired"] is True
+    assert poi["p_holm"] == pytest.approx(0.25) and poi["shown"] is False
+    assert s["probability_of_improvement"]["c"]["success_rate"]["p_value"] is None
+    assert s["probability_of_improvement"]["b"]["mean_return"]["exploratory"] is True
+    assert [(e["variant"], e["baseline"], e["shown"]) for e in s["comparisons"]] == [
+        ("b", "a", False),
+        ("c", "a", False),
+    ]
+    assert any(
+        v.startswith("nothing shown: b vs a on final success rate: P(improvement) = 1.00")
+        for v in s["verdicts"]
     )
+    # the second endpoint: mean of the last 5 periodic evaluations (the fake logs none)
+    assert "success_rate_last5" not in s["metrics"]
 
 
 def test_fake_compare_crashed_runs_reported_and_excluded(fake_compare) -> None:
@@ -359,8 +372,9 @@ def test_fake_compare_crashed_runs_reported_and_excluded(fake_compare) -> None:
     report = (fake_compare["out"] / "report.md").read_text()
     assert "## Failed runs (excluded from the statistics)" in report
     assert "simulated crash" in report
-    assert "b beats a on final success rate" in report
-    assert "c vs a on final success rate: no finished runs" in report
+    assert "nothing shown: b vs a on final success rate" not in report  # a table, not sentences
+    assert "| b | a | 1.00 [1.00, 1.00] |" in report and "nothing shown |" in report
+    assert "## Primary comparisons" in report
     assert "python -m marl.compare --variant a:--alpha=0.2" in report
     assert "rliable" in report and "numpy" in report  # package versions
 
@@ -389,7 +403,7 @@ def test_rerun_skips_finished_and_retries_crashed(fake_compare) -> None:
 
 
 def test_changed_variant_options_refused(fake_compare, fake_train, monkeypatch, capsys) -> None:
-    argv = ["--variant", "a:--alpha=0.3", "--seeds", "3", "--total-steps", "800"]
+    argv = ["--variant", "a:--alpha=0.3", "--seeds", "3", "--pilot", "--total-steps", "800"]
     argv += ["--out", str(fake_compare["out"]), "--train-command", fake_train]
     with pytest.raises(SystemExit) as exc:
         compare.main(argv)
@@ -398,7 +412,7 @@ def test_changed_variant_options_refused(fake_compare, fake_train, monkeypatch, 
 
 
 def test_single_seed_warns_and_gives_no_ci(tmp_path, fake_train, monkeypatch, capsys) -> None:
-    argv = ["--variant", "a:--alpha=0.2", "--variant", "b:--alpha=0.4", "--seeds", "1"]
+    argv = ["--variant", "a:--alpha=0.2", "--variant", "b:--alpha=0.4", "--seeds", "1", "--pilot"]
     argv += ["--total-steps", "800", "--out", str(tmp_path / "o"), "--no-plots"]
     argv += ["--train-command", fake_train, "--bootstrap-reps", "50", "--no-progress"]
     assert run_main(argv, monkeypatch, tmp_path / "calls.log") == 0
@@ -412,12 +426,23 @@ def test_single_seed_warns_and_gives_no_ci(tmp_path, fake_train, monkeypatch, ca
     assert poi["mean_difference"]["value"] == pytest.approx(0.1)
     assert poi["mean_difference"]["ci"] is None
     assert any("without confidence intervals" in w for w in s["warnings"])
-    assert "no claim either way" in (tmp_path / "o" / "report.md").read_text()
+    assert poi["p_value"] is None and poi["shown"] is False  # one pair: no test
+    assert "| b | a | 1.00 (no CI) |" in (tmp_path / "o" / "report.md").read_text()
 
 
 def test_calibration_study_reports_the_seed_claim(tmp_path, fake_train, monkeypatch) -> None:
     out = tmp_path / "o"
-    argv = ["--study", "calibration", "--seeds", "2", "--total-steps", "800", "--out", str(out)]
+    argv = [
+        "--study",
+        "calibration",
+        "--seeds",
+        "2",
+        "--pilot",
+        "--total-steps",
+        "800",
+        "--out",
+        str(out),
+    ]
     argv += ["--train-command", fake_train, "--bootstrap-reps", "50", "--no-plots"]
     assert run_main(argv + ["--no-progress"], monkeypatch, tmp_path / "calls.log") == 0
     s = json.loads((out / "summary.json").read_text())
@@ -451,7 +476,7 @@ def test_calibration_study_reports_the_seed_claim(tmp_path, fake_train, monkeypa
 def test_killed_compare_resumes_without_redoing_finished_runs(tmp_path, fake_train) -> None:
     out, log = tmp_path / "out", tmp_path / "calls.log"
     argv = [sys.executable, "-m", "marl.compare", "--variant", "a:--alpha=0.2"]
-    argv += ["--variant", "b:--alpha=0.6", "--seeds", "2", "--total-steps", "800"]
+    argv += ["--variant", "b:--alpha=0.6", "--seeds", "2", "--pilot", "--total-steps", "800"]
     argv += ["--jobs", "1", "--out", str(out), "--train-command", fake_train]
     argv += ["--bootstrap-reps", "50", "--no-plots", "--no-progress"]
     env = dict(os.environ, FAKE_TRAIN_LOG=str(log), FAKE_TRAIN_BLOCK="b/seed_0")
@@ -508,7 +533,7 @@ def test_end_to_end_real_train(tmp_path) -> None:
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "marl.compare", "--algo", "mappo", "--config", str(cfg)]
     argv += ["--variant", "batch:--whitening=batch", "--variant", "ti:--whitening=team_individual"]
-    argv += ["--seeds", "2", "--total-steps", "128", "--jobs", "2", "--out", str(out)]
+    argv += ["--seeds", "2", "--pilot", "--total-steps", "128", "--jobs", "2", "--out", str(out)]
     argv += ["--bootstrap-reps", "100", "--no-progress", "--no-plots"]  # plots: fake tests
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     res = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=280)
@@ -556,7 +581,7 @@ def test_second_compare_on_same_out_refused(tmp_path, fake_train, monkeypatch, c
 
     out = tmp_path / "o"
     out.mkdir()
-    argv = ["--variant", "a:--alpha=0.2", "--seeds", "1", "--total-steps", "800"]
+    argv = ["--variant", "a:--alpha=0.2", "--seeds", "1", "--pilot", "--total-steps", "800"]
     argv += ["--out", str(out), "--train-command", fake_train, "--no-plots"]
     with open(out / "compare.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running compare holds it

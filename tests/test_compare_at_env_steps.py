@@ -100,7 +100,7 @@ def compared(tmp_path_factory) -> dict:
     script.write_text(FAKE_TRAIN)
     out = tmp / "out"
     argv = ["--variant", "short:--alpha=0.4", "--variant", "long:--alpha=0.8"]
-    argv += ["--seeds", "3", "--total-steps", "800", "--jobs", "1", "--out", str(out)]
+    argv += ["--seeds", "3", "--pilot", "--total-steps", "800", "--jobs", "1", "--out", str(out)]
     argv += ["--train-command", f"{sys.executable} {script}", "--no-validate"]
     argv += ["--bootstrap-reps", "200", "--no-progress", "--no-plots", "--reference", "short"]
     code = compare.main([*argv, "--at-env-steps", "400", "--at-env-steps", "600"])

@@ -470,7 +470,15 @@ def test_compare_child_survives_its_parents_death_and_the_rerun_resumes(tmp_path
     out = tmp_path / "out"
     n_updates = 60
     argv = [sys.executable, "-m", "marl.compare", "--algo", "mappo", "--config", str(cfg)]
-    argv += ["--variant", "a:--alpha=0.5", "--seeds", "1", "--total-steps", str(n_updates * STEPS)]
+    argv += [
+        "--variant",
+        "a:--alpha=0.5",
+        "--seeds",
+        "1",
+        "--pilot",
+        "--total-steps",
+        str(n_updates * STEPS),
+    ]
     argv += ["--jobs", "1", "--out", str(out), "--bootstrap-reps", "20", "--no-progress"]
     argv += ["--no-plots"]
     env = sub_env()

@@ -43,7 +43,7 @@ RUNS = [(v, s) for v in ("batch", "ti") for s in (0, 1)]
 
 def _argv(cfg: Path, out: Path, *extra: str) -> list[str]:
     argv = ["--algo", "mappo", "--config", str(cfg), "--variant", "batch:--whitening=batch"]
-    argv += ["--variant", "ti:--whitening=team_individual", "--seeds", "2"]
+    argv += ["--variant", "ti:--whitening=team_individual", "--seeds", "2", "--pilot"]
     argv += ["--total-steps", "256", "--torch-threads", "1", "--out", str(out)]
     return [*argv, "--bootstrap-reps", "50", "--no-progress", "--no-plots", *extra]
 
@@ -125,7 +125,7 @@ def test_interrupted_ray_compare_checkpoints_its_runs(tmp_path) -> None:
     cfg.write_text(yaml.safe_dump({**CONFIG, "checkpoint_every": 5}))
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "marl.compare", "--config", str(cfg), "--variant", "a:"]
-    argv += ["--seeds", "2", "--total-steps", "100000000", "--out", str(out)]
+    argv += ["--seeds", "2", "--pilot", "--total-steps", "100000000", "--out", str(out)]
     argv += ["--launcher", "ray", "--no-progress", "--no-plots"]
     path = os.pathsep.join(
         p for p in (str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH")) if p
@@ -157,7 +157,7 @@ def test_interrupted_ray_compare_checkpoints_its_runs(tmp_path) -> None:
 def test_missing_ray_is_an_install_hint(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails
     out = tmp_path / "out"
-    argv = ["--variant", "a:", "--seeds", "1", "--total-steps", "64", "--out", str(out)]
+    argv = ["--variant", "a:", "--seeds", "1", "--pilot", "--total-steps", "64", "--out", str(out)]
     with pytest.raises(SystemExit) as exc:
         compare.main([*argv, "--launcher", "ray"])
     assert exc.value.code == 2
@@ -167,7 +167,7 @@ def test_missing_ray_is_an_install_hint(tmp_path, monkeypatch, capsys) -> None:
 
 @pytest.mark.parametrize("option", [["--address", "auto"], ["--cpus-per-run", "2"]])
 def test_ray_options_need_the_ray_launcher(tmp_path, capsys, option) -> None:
-    argv = ["--variant", "a:", "--seeds", "1", "--total-steps", "64"]
+    argv = ["--variant", "a:", "--seeds", "1", "--pilot", "--total-steps", "64"]
     with pytest.raises(SystemExit) as exc:
         compare.main([*argv, "--out", str(tmp_path / "o"), *option])
     assert exc.value.code == 2

@@ -29,7 +29,7 @@ def test_tasks_runs_each_preset_and_writes_the_table(tmp_path, capsys):
     argv = [
         "--tasks", "small,sparse",
         "--variant", "base:--num-envs=8,--rollout-steps=16",
-        "--seeds", "2", "--total-steps", "256", "--jobs", "2", "--out", str(out),
+        "--seeds", "2", "--pilot", "--total-steps", "256", "--jobs", "2", "--out", str(out),
         "--common=--eval-episodes=4,--eval-every=0,--plots=false",
         "--no-progress", "--bootstrap-reps", "100",
     ]  # fmt: skip

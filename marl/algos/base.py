@@ -266,6 +266,12 @@ class BaseConfig:
     # ---- evaluation, checkpoints, artifacts ------------------------------------------------
     eval_every: int = _f(20, "Evaluate on the validation seeds every N updates (0: end only).")
     eval_episodes: int = _f(32, "Validation episodes (one per validation seed).")
+    final_eval_episodes: int | None = _f(
+        None,
+        "Validation episodes of the final evaluation (eval.json, seeds eval_seed .. "
+        "+final_eval_episodes-1; None: eval_episodes). marl.compare sets 128: a study's "
+        "primary endpoint.",
+    )
     eval_seed: int = _f(10_000, "First validation seed (seeds eval_seed .. +eval_episodes-1).")
     eval_repeats: int = _f(
         2,
@@ -352,6 +358,13 @@ class BaseConfig:
             "checkpoint_every",
         ):
             _check(getattr(self, name) >= 1, name, getattr(self, name), pos_int)
+        if self.final_eval_episodes is not None:
+            _check(
+                self.final_eval_episodes >= 1,
+                "final_eval_episodes",
+                self.final_eval_episodes,
+                pos_int + " or none",
+            )
         for name in ("seed", "eval_seed", "eval_every", "torch_threads"):
             _check(getattr(self, name) >= 0, name, getattr(self, name), "an integer >= 0")
         if self.total_steps is not None:

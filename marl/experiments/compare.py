@@ -85,6 +85,8 @@ __all__ = [
     "load_variants_file",
     "build_spec",
     "validate_spec",
+    "check_design",
+    "check_code",
     "plan_runs",
     "run_finished",
     "run_state",
@@ -109,7 +111,12 @@ MANAGED_OPTIONS = {
     "--algo": "set by compare's --algo",
     "--config": "set by compare's --config",
     "--overwrite": "compare resumes interrupted runs; it never overwrites one (use a new --out)",
+    "--final-eval-episodes": "the endpoint is the same for every run: use compare's "
+    "--final-eval-episodes",
 }
+
+#: Validation episodes of each run's final evaluation (eval.json): the primary endpoint.
+FINAL_EVAL_EPISODES = 128
 
 #: Options added to every run that change no result, only what a run prints and writes
 #: (no progress bar in the log files, no GIF, no end-of-run baseline episodes).
@@ -164,6 +171,25 @@ class CompareSpec:
     """CPUs each Ray task requests."""
     jobs_from_cluster: bool = False
     """``jobs`` is provisional: set from the Ray cluster's CPUs when compare connects."""
+    final_eval_episodes: int | None = FINAL_EVAL_EPISODES
+    """Validation episodes of each run's final evaluation (None: the runs' own setting)."""
+    primary_metric: str | None = None
+    """The metric of the primary comparisons (None: success_rate, else mean_return)."""
+    comparisons: list[tuple[str, str]] = field(default_factory=list)
+    """Pre-registered primary comparisons beyond each variant vs the reference: (A, B) asks
+    whether A beats B."""
+    allow_mixed_code: bool = False
+    """Aggregate runs of different git commits (the report says so)."""
+    pilot: bool = False
+    """Run a design that cannot show anything (too few seeds for its comparisons)."""
+
+    def primary_comparisons(self) -> list[tuple[str, str]]:
+        """Every variant vs the reference, then the extra pre-registered pairs (deduplicated)."""
+        pairs = [(v.name, self.reference) for v in self.variants if v.name != self.reference]
+        for pair in self.comparisons:
+            if tuple(pair) not in pairs:
+                pairs.append((pair[0], pair[1]))
+        return pairs
 
     def budget_args(self) -> list[str]:
         """The per-run budget as train options."""
@@ -181,6 +207,8 @@ class CompareSpec:
         args = [f"--algo={self.algo}"]
         if self.config is not None:
             args.append(f"--config={self.config}")
+        if self.final_eval_episodes is not None:
+            args.append(f"--final-eval-episodes={self.final_eval_episodes}")
         return args + self.budget_args() + list(self.common)
 
     def variant(self, name: str) -> Variant:
@@ -381,9 +409,19 @@ def build_spec(args: argparse.Namespace) -> CompareSpec:
         address=args.address,
         cpus_per_run=float(args.cpus_per_run),
         jobs_from_cluster=args.launcher == "ray" and args.jobs is None,
+        final_eval_episodes=args.final_eval_episodes or None,
+        primary_metric=args.primary_metric,
+        allow_mixed_code=args.allow_mixed_code,
+        pilot=args.pilot,
     )
+    if args.final_eval_episodes is not None and args.final_eval_episodes < 0:
+        raise CompareError(
+            f"--final-eval-episodes must be >= 1 (or 0: the runs' own setting), got "
+            f"{args.final_eval_episodes}"
+        )
     variants: list[Variant] = []
     study_reference = None
+    study_comparisons: list[tuple[str, str]] = []
     if args.study:
         try:
             study = get_study(args.study, backbone=_backbone_of(spec), algo=spec.algo)
@@ -391,6 +429,7 @@ def build_spec(args: argparse.Namespace) -> CompareSpec:
             raise CompareError(f"--study {args.study}: {exc}") from None
         variants += [Variant(n, list(a)) for n, a in study.variants.items()]
         study_reference = study.reference
+        study_comparisons = list(study.comparisons)
     if args.variants:
         variants += load_variants_file(args.variants)
     variants += [parse_variant(text) for text in args.variant or []]
@@ -409,7 +448,91 @@ def build_spec(args: argparse.Namespace) -> CompareSpec:
             f"--reference {reference!r} is not a variant; variants: {', '.join(sorted(seen))}"
         )
     spec.reference = reference
+    spec.comparisons = [pair for pair in study_comparisons if reference == study_reference]
+    for text in args.comparison or []:
+        name, sep, baseline = text.partition(":")
+        if not sep or not name or not baseline:
+            raise CompareError(
+                f"--comparison {text!r}: expected VARIANT:BASELINE (does VARIANT beat BASELINE?)"
+            )
+        for part in (name, baseline):
+            if part not in seen:
+                raise CompareError(
+                    f"--comparison {text!r}: {part!r} is not a variant; variants: "
+                    + ", ".join(sorted(seen))
+                )
+        if name == baseline:
+            raise CompareError(f"--comparison {text!r}: a variant cannot be compared with itself")
+        spec.comparisons.append((name, baseline))
     return spec
+
+
+def check_design(spec: CompareSpec) -> str | None:
+    """Whether the design can show anything; None when it can, else the reason (a sentence).
+
+    Every variant runs the same seeds, so comparisons are paired by seed: with n seeds the
+    smallest two-sided permutation p-value is 2 / 2**n, and Holm over m primary comparisons
+    needs one below alpha / m.
+    """
+    from marl.experiments import significance
+
+    m = len(spec.primary_comparisons())
+    n = len(spec.seeds)
+    if m == 0 or significance.can_conclude(n, m):
+        return None
+    needed = next(k for k in range(2, 64) if significance.can_conclude(k, m))
+    smallest = significance.min_attainable_p(n, n, paired=True)
+    return (
+        f"with {n} seed(s) per variant and {m} primary comparison(s) the smallest attainable "
+        f"p-value is {smallest:.3g}, not below {significance.ALPHA:g} / {m} = "
+        f"{significance.ALPHA / m:.3g}: this study cannot show anything. Use --seeds "
+        f"{needed} or more (or fewer comparisons), or pass --pilot to run it as a pilot"
+    )
+
+
+def finished_commits(spec: CompareSpec) -> dict[str, list[str]]:
+    """commit -> the finished runs under OUT that recorded it (finished.json)."""
+    found: dict[str, list[str]] = {}
+    runs_dir = os.path.join(spec.out, "runs")
+    if not os.path.isdir(runs_dir):
+        return found
+    for variant in sorted(os.listdir(runs_dir)):
+        vdir = os.path.join(runs_dir, variant)
+        if not os.path.isdir(vdir):
+            continue
+        for seed_dir in sorted(os.listdir(vdir)):
+            marker = os.path.join(vdir, seed_dir, FINISHED_MARKER)
+            try:
+                with open(marker) as fh:
+                    record = json.load(fh)
+            except (OSError, ValueError):
+                continue
+            commits = record.get("commits") or [record.get("commit")]
+            for commit in commits:
+                if commit:
+                    found.setdefault(str(commit), []).append(f"{variant}/{seed_dir}")
+    return found
+
+
+def check_code(spec: CompareSpec) -> None:
+    """Refuse to start runs under a commit other than the finished runs' (unless
+    ``spec.allow_mixed_code``): a study's arms must run the same code."""
+    from marl.run.provenance import git_state
+
+    if spec.allow_mixed_code:
+        return
+    now = git_state()["commit"]
+    found = finished_commits(spec)
+    other = {c: runs for c, runs in found.items() if c != now}
+    if now is None or not other:
+        return
+    commit, runs = next(iter(other.items()))
+    raise CompareError(
+        f"{spec.out} holds {len(runs)} finished run(s) of commit {commit[:12]} (e.g. "
+        f"{runs[0]}) and this code is commit {now[:12]}: new runs would mix code. Run the "
+        "study from a checkout of that commit (git worktree add DIR COMMIT), use a new --out, "
+        "or pass --allow-mixed-code"
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -488,6 +611,9 @@ def _spec_record(spec: CompareSpec) -> dict[str, Any]:
         "reference": spec.reference,
         "study": spec.study,
         "train_command": spec.train_command,
+        "final_eval_episodes": spec.final_eval_episodes,
+        "primary_metric": spec.primary_metric,
+        "comparisons": [list(pair) for pair in spec.comparisons],
     }
 
 
@@ -499,7 +625,7 @@ def _atomic_write_json(path: str, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def check_and_store_spec(spec: CompareSpec) -> None:
+def check_and_store_spec(spec: CompareSpec, *, report_only: bool = False) -> None:
     """Write OUT/compare.json; refuse to mix results of a different setup into OUT.
 
     A rerun may add variants or seeds and change the reference, but a variant name whose options
@@ -512,7 +638,12 @@ def check_and_store_spec(spec: CompareSpec) -> None:
     if os.path.isfile(path):
         with open(path) as fh:
             old = json.load(fh)
-        for key in ("algo", "config_sha256", "total_steps", "max_time", "max_cpu_time", "common"):
+        keys = ["algo", "config_sha256", "total_steps", "max_time", "max_cpu_time", "common"]
+        if report_only:  # nothing runs: keep the setting the runs were trained with
+            record["final_eval_episodes"] = old.get("final_eval_episodes")
+        else:
+            keys.append("final_eval_episodes")
+        for key in keys:
             if old.get(key) != record[key]:
                 raise CompareError(
                     f"{path}: this output directory holds runs with {key}={old.get(key)!r}, "
@@ -1209,6 +1340,49 @@ def build_parser() -> argparse.ArgumentParser:
         "time-budgeted runs at equal samples when nothing is scheduled over the budget "
         "(constant learning rate and entropy coefficient, the defaults).",
     )
+    protocol = p.add_argument_group(
+        "study protocol",
+        "Every comparison of a variant with the reference on the primary metric, plus the "
+        "--comparison pairs, is a primary comparison: it gets a permutation-test p-value "
+        "(paired by seed), Holm-adjusted over all of them (p_holm), and is 'shown' only when "
+        "p_holm < 0.05 and the bootstrap CI of P(improvement) agrees. Other metrics are "
+        "exploratory.",
+    )
+    protocol.add_argument(
+        "--primary-metric",
+        default=None,
+        help="The metric of the primary comparisons: success_rate (the final evaluation, the "
+        "default when runs report it), success_rate_last5 (mean of the last 5 periodic "
+        "evaluations), solved_rate, solved_rate_last5, mean_return (the default otherwise), "
+        "auc_success.",
+    )
+    protocol.add_argument(
+        "--comparison",
+        action="append",
+        metavar="A:B",
+        help="A pre-registered primary comparison beyond each variant vs the reference: does "
+        "variant A beat variant B? Repeatable.",
+    )
+    protocol.add_argument(
+        "--final-eval-episodes",
+        type=int,
+        default=FINAL_EVAL_EPISODES,
+        metavar="N",
+        help=f"Validation episodes of every run's final evaluation, the primary endpoint "
+        f"(default {FINAL_EVAL_EPISODES}; 0: the runs' own --eval-episodes).",
+    )
+    protocol.add_argument(
+        "--pilot",
+        action="store_true",
+        help="Run a design that cannot show anything (too few seeds for its number of "
+        "comparisons): compare refuses it otherwise, saying how many seeds it needs.",
+    )
+    protocol.add_argument(
+        "--allow-mixed-code",
+        action="store_true",
+        help="Aggregate (and add to) runs trained at different git commits; the report says "
+        "so. Without it compare refuses.",
+    )
     p.add_argument(
         "--dry-run", action="store_true", help="Validate and print the run commands; run nothing."
     )
@@ -1262,6 +1436,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise CompareError(
                     f"--at-env-steps must be a positive number of env steps, got {n}"
                 )
+        if args.primary_metric is not None and args.primary_metric not in report.METRICS:
+            raise CompareError(
+                f"--primary-metric {args.primary_metric!r}: allowed: " + ", ".join(report.METRICS)
+            )
+        design_problem = check_design(spec)
+        if design_problem is not None and not (args.pilot or args.report_only or args.dry_run):
+            raise CompareError(design_problem)
         runs = plan_runs(spec)
         if args.dry_run:
             status = _load_status(spec.out)
@@ -1269,9 +1450,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 command = shlex.join(spec.train_command + run.train_args)
                 print(f"{run.key} [{run_state(run, status)}]: {command}")
             return 0
-        check_and_store_spec(spec)
+        check_and_store_spec(spec, report_only=args.report_only)
+        if not args.report_only:
+            check_code(spec)
     except CompareError as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    if design_problem is not None:
+        print(f"warning: pilot: {design_problem}", file=sys.stderr)
+    if spec.total_steps is None:
+        print(
+            "warning: the budget is not in env steps: arms get different amounts of work "
+            "(use --total-steps for a study; env steps per arm are in the report)",
+            file=sys.stderr,
+        )
     if len(spec.seeds) < 2:
         print(
             f"warning: --seeds {len(spec.seeds)}: fewer than 2 seeds give point estimates "
@@ -1293,18 +1484,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.exit(2, f"{parser.prog}: error: {exc}\n")
     records = collect_runs(spec, runs)
     for at_env_steps in [None, *(args.at_env_steps or [])]:
-        summary = report.build_summary(
-            spec,
-            records,
-            reps=args.bootstrap_reps,
-            seed=args.bootstrap_seed,
-            confidence=args.confidence,
-            entropy_threshold=args.entropy_threshold,
-            command=shlex.join(["python", "-m", "marl.compare", *raw_argv]),
-            wall_s=time.time() - t0,
-            title=args.title,
-            at_env_steps=at_env_steps,
-        )
+        try:
+            summary = report.build_summary(
+                spec,
+                records,
+                reps=args.bootstrap_reps,
+                seed=args.bootstrap_seed,
+                confidence=args.confidence,
+                entropy_threshold=args.entropy_threshold,
+                command=shlex.join(["python", "-m", "marl.compare", *raw_argv]),
+                wall_s=time.time() - t0,
+                title=args.title,
+                at_env_steps=at_env_steps,
+            )
+        except ValueError as exc:  # mixed code, a primary metric the runs do not report
+            parser.exit(2, f"{parser.prog}: error: {exc} (the runs in {spec.out} are kept)\n")
+        if design_problem is not None:
+            summary["warnings"].insert(0, f"pilot: {design_problem}")
+            summary["pilot"] = True
+        if spec.total_steps is None:
+            summary["warnings"].append(
+                "the budget is in seconds, not env steps: the arms did different amounts of "
+                "work (env steps and throughput per variant are in the report)"
+            )
         out = spec.out if at_env_steps is None else at_env_steps_dir(spec.out, at_env_steps)
         report.write_all(summary, out, plots=not args.no_plots)
         for warning in summary["warnings"]:

@@ -13,8 +13,14 @@
   ``plots/probability_of_improvement.png`` and ``plots/advantages_<variant>.png`` (advantage
   statistics over training, before and after whitening, per agent type).
 
+The study protocol (docs/results/README.md): one primary metric (``primary_metric``), whose
+comparisons (each variant vs the reference, plus ``spec.comparisons``) carry a permutation
+p-value, its Holm adjustment over the family and the verdict ``shown``
+(:mod:`marl.experiments.significance`); every other metric's comparison is exploratory.
+
 summary.json layout (metric names: ``success_rate``, ``solved_rate``, ``mean_return`` from
-eval.json, ``auc_success`` from metrics.jsonl; and, where runs report them, the descriptive
+eval.json, ``success_rate_last5``, ``solved_rate_last5`` (mean of the last 5 periodic
+evaluations) and ``auc_success`` from metrics.jsonl; and, where runs report them, the descriptive
 ``search_diversity``, ``eval_entropy``, ``steps_to_success``, ``query_diversity``,
 ``query_jaccard_diversity`` from eval.json, whose ``metrics`` entry says
 ``"descriptive": true`` and which get no verdict)::
@@ -27,10 +33,18 @@ eval.json, ``auc_success`` from metrics.jsonl; and, where runs report them, the 
                          "curves": {"episode/success": {"env_steps", "mean", "mean_ci",
                                                         "iqm", "iqm_ci", "n"}, ...},
                          "stability": {...}, "stability_per_run": [...],
+                         "work": {"env_steps" | "wall_s" | "cpu_s" | "env_steps_per_s":
+                                  {"mean", "min", "max"}},
                          "advantages": {"all" | TYPE: {"adv_raw" | "adv": {STAT: curve}}}}},
      "probability_of_improvement": {NAME: {METRIC: {"value", "ci", "n_x", "n_y",
                                                     "mean_difference": {"value", "ci",
-                                                                        "relative"}}}},
+                                                                        "relative"},
+                                                    "p_value", "test": {...},
+                                                    primary: "p_holm", "shown", "direction";
+                                                    others: "exploratory": true}}},
+     "primary_metric": METRIC, "comparisons": [{"variant", "baseline", "metric", "value",
+     "ci", "mean_difference", "p_value", "p_holm", "shown", "direction", "test"}],
+     "decision_rule": {...}, "commits": [sha, ...],
      "verdicts": [sentences], "runs": [{"variant", "seed", "status", "error", ...}],
      "warnings": [...], "commands": {...}, "environment": {...}, "plots": [...]}
 
@@ -52,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from marl.experiments import stats
+from marl.experiments import significance, stats
 
 if TYPE_CHECKING:
     from marl.experiments.compare import CompareSpec
@@ -60,6 +74,7 @@ if TYPE_CHECKING:
 __all__ = [
     "METRICS",
     "DESCRIPTIVE_METRICS",
+    "MixedCodeError",
     "build_summary",
     "write_all",
     "write_report",
@@ -68,12 +83,32 @@ __all__ = [
 
 #: Per-run scores aggregated across seeds: name -> (source, key, label).
 #: source "eval": a field of eval.json; "auc": normalised area under a metrics.jsonl curve.
+#: "last": mean of the last :data:`LAST_EVALS` periodic validation evaluations (metrics.jsonl).
 METRICS: dict[str, tuple[str, str, str]] = {
     "success_rate": ("eval", "success_rate", "final success rate"),
+    "success_rate_last5": (
+        "last",
+        "eval/success_rate",
+        "success rate, mean of the last 5 validation evaluations",
+    ),
     "solved_rate": ("eval", "solved_rate", "final solved rate"),
+    "solved_rate_last5": (
+        "last",
+        "eval/solved_rate",
+        "solved rate, mean of the last 5 validation evaluations",
+    ),
     "mean_return": ("eval", "mean_return", "final return"),
     "auc_success": ("auc", "episode/success", "area under the success curve"),
 }
+#: Periodic evaluations averaged by the "last" metrics (the second endpoint).
+LAST_EVALS = 5
+#: The primary metric when a study names none: the first of these that the runs report.
+DEFAULT_PRIMARY = ("success_rate", "mean_return")
+
+
+class MixedCodeError(ValueError):
+    """The runs of a study come from different code commits (``--allow-mixed-code`` accepts)."""
+
 
 #: Descriptive per-run figures (eval.json fields), aggregated like METRICS when any run
 #: reports them (left out silently otherwise: each belongs to some environments only), with
@@ -179,6 +214,8 @@ def _run_score(run: stats.RunData, metric: str) -> float | None:
             return None
         value = float(value)
         return value if np.isfinite(value) else None
+    if source == "last":
+        return stats.last_evaluations_mean(run.records, key, LAST_EVALS)
     x, y = stats.learning_curve(run.records, key)
     return stats.normalized_auc(x, y)
 
@@ -215,6 +252,247 @@ def _metric_label(metric: str, at_env_steps: int | None) -> str:
     if _ALL_METRICS[metric][0] == "auc":
         return f"{label} up to {at_env_steps} env steps"
     return f"{label.removeprefix('final ')} at {at_env_steps} env steps"
+
+
+def _primary_metric(spec: CompareSpec, reported: Sequence[str]) -> str:
+    """The study's primary metric: ``spec.primary_metric`` if set (it must be reported by the
+    runs), else the first of :data:`DEFAULT_PRIMARY` that they report."""
+    chosen = getattr(spec, "primary_metric", None)
+    if chosen is not None:
+        if chosen not in METRICS:
+            raise ValueError(
+                f"primary metric {chosen!r} is not a metric with verdicts; allowed: "
+                + ", ".join(METRICS)
+            )
+        if chosen not in reported:
+            raise ValueError(
+                f"primary metric {chosen!r} is not reported by any finished run; reported: "
+                + (", ".join(m for m in reported if m in METRICS) or "none")
+            )
+        return chosen
+    for name in DEFAULT_PRIMARY:
+        if name in reported:
+            return name
+    return DEFAULT_PRIMARY[0]
+
+
+def _check_commits(
+    spec: CompareSpec, loaded: Mapping[str, Sequence[stats.RunData]], warnings: list[str]
+) -> list[str]:
+    """The distinct git commits of the finished runs (finished.json), sorted.
+
+    Runs of different commits (or one run resumed under another commit) raise
+    :class:`MixedCodeError` unless ``spec.allow_mixed_code``; then, as runs from a tree with
+    uncommitted changes or with no recorded commit, they produce a warning.
+    """
+    seen: dict[str, list[str]] = {}
+    unknown: list[str] = []
+    dirty: list[str] = []
+    for name, runs in loaded.items():
+        for run in runs:
+            label = f"{name}/{os.path.basename(run.run_dir)}"
+            marker = run.marker or {}
+            run_commits = marker.get("commits") or (
+                [marker["commit"]] if marker.get("commit") else []
+            )
+            if not run_commits:
+                unknown.append(label)
+            for commit in run_commits:
+                seen.setdefault(str(commit), []).append(label)
+            if marker.get("dirty"):
+                dirty.append(label)
+    commits = sorted(seen)
+    if len(commits) > 1:
+        detail = "; ".join(f"{c[:12]}: {len(v)} run(s), e.g. {v[0]}" for c, v in seen.items())
+        if not getattr(spec, "allow_mixed_code", False):
+            raise MixedCodeError(
+                f"the runs come from {len(commits)} code commits ({detail}): their differences "
+                "may be the code's, not the variants'. Rerun them at one commit, or pass "
+                "--allow-mixed-code to aggregate anyway (the report then says so)"
+            )
+        warnings.append(
+            f"mixed code (--allow-mixed-code): the runs come from {len(commits)} commits "
+            f"({detail}); differences between variants may be the code's"
+        )
+    if unknown:
+        warnings.append(
+            f"{len(unknown)} run(s) record no git commit (trained outside a git checkout or "
+            f"before runs recorded it), e.g. {unknown[0]}: same code is not established"
+        )
+    if dirty:
+        warnings.append(
+            f"{len(dirty)} run(s) ran from a tree with uncommitted changes, e.g. {dirty[0]}: "
+            "their commit does not identify their code"
+        )
+    return commits
+
+
+def _work(runs: Sequence[stats.RunData]) -> dict[str, Any]:
+    """The work the runs consumed (finished.json): env steps, wall and CPU seconds, and the
+    throughput (env steps per wall second), each as mean / min / max over runs."""
+
+    def spread(values: list[float]) -> dict[str, float] | None:
+        if not values:
+            return None
+        return {"mean": float(np.mean(values)), "min": min(values), "max": max(values)}
+
+    def numbers(key: str) -> list[float]:
+        out = []
+        for run in runs:
+            value = (run.marker or {}).get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out.append(float(value))
+        return out
+
+    rates = [
+        float(m["env_steps"]) / float(m["time_s"])
+        for m in (run.marker or {} for run in runs)
+        if isinstance(m.get("env_steps"), int | float) and m.get("time_s")
+    ]
+    return {
+        "env_steps": spread(numbers("env_steps")),
+        "wall_s": spread(numbers("time_s")),
+        "cpu_s": spread(numbers("cpu_s")),
+        "env_steps_per_s": spread(rates),
+    }
+
+
+class _Compared:
+    """One comparison of two variants on one metric: P(improvement) and the difference of
+    means with bootstrap CIs, and the permutation test's p-value (paired by seed on the seeds
+    both variants finished when there are at least two, else unpaired)."""
+
+    def __init__(
+        self,
+        scores: Mapping[str, Mapping[str, list[float]]],
+        by_seed: Mapping[str, Mapping[str, Mapping[int, float]]],
+        reps: int,
+        seed: int,
+        confidence: float,
+    ) -> None:
+        self.scores, self.by_seed = scores, by_seed
+        self.reps, self.seed, self.confidence = reps, seed, confidence
+
+    def __call__(self, name: str, baseline: str, metric: str) -> dict[str, Any]:
+        x, y = self.scores[name][metric], self.scores[baseline][metric]
+        poi = stats.probability_of_improvement(
+            x,
+            y,
+            reps=self.reps,
+            seed=stats.derive_seed(self.seed, "poi", name, baseline, metric),
+            confidence=self.confidence,
+        )
+        poi["mean_difference"] = stats.mean_difference(
+            x,
+            y,
+            reps=self.reps,
+            seed=stats.derive_seed(self.seed, "diff", name, baseline, metric),
+            confidence=self.confidence,
+        )
+        sx, sy = self.by_seed[name][metric], self.by_seed[baseline][metric]
+        common = sorted(set(sx) & set(sy))
+        paired = len(common) >= 2
+        if paired:
+            test = significance.permutation_test(
+                [sx[k] for k in common],
+                [sy[k] for k in common],
+                paired=True,
+                seed=stats.derive_seed(self.seed, "perm", name, baseline, metric),
+            )
+        else:
+            test = significance.permutation_test(
+                x, y, seed=stats.derive_seed(self.seed, "perm", name, baseline, metric)
+            )
+        poi["p_value"] = test["p_value"]
+        poi["test"] = {
+            "paired": test["paired"],
+            "n_pairs": len(common) if paired else None,
+            "exact": test["exact"],
+            "arrangements": test["resamples"],
+            "min_p": test["min_p"],
+        }
+        return poi
+
+
+def _primary_family(
+    spec: CompareSpec,
+    primary: str,
+    improvement: dict[str, dict[str, Any]],
+    compared: _Compared,
+) -> list[dict[str, Any]]:
+    """The study's primary comparisons on ``primary``: every variant against the reference,
+    then the pre-registered ``spec.comparisons`` pairs; Holm-adjusted together, each decided
+    by :func:`marl.experiments.significance.decide`. The entries against the reference are
+    also written into ``improvement[variant][primary]`` (``p_holm``, ``shown``, ...)."""
+    entries: list[dict[str, Any]] = []
+    for name, per_metric in improvement.items():
+        if primary in per_metric:
+            entries.append({"variant": name, "baseline": spec.reference, **per_metric[primary]})
+    for name, baseline in getattr(spec, "comparisons", None) or []:
+        if baseline == spec.reference or any(
+            e["variant"] == name and e["baseline"] == baseline for e in entries
+        ):
+            continue
+        entries.append({"variant": name, "baseline": baseline, **compared(name, baseline, primary)})
+    adjusted = significance.holm([e["p_value"] for e in entries])
+    for entry, p_holm in zip(entries, adjusted, strict=True):
+        entry["metric"] = primary
+        entry["p_holm"] = p_holm
+        entry.update(
+            significance.decide(p_holm, entry.get("ci"), entry["mean_difference"]["value"])
+        )
+        if entry["baseline"] == spec.reference:
+            target = improvement[entry["variant"]][primary]
+            target.update(p_holm=p_holm, shown=entry["shown"], direction=entry["direction"])
+    return entries
+
+
+def _verdict_sentences(
+    spec: CompareSpec,
+    family: Sequence[Mapping[str, Any]],
+    improvement: Mapping[str, Mapping[str, Any]],
+    primary: str,
+    at_env_steps: int | None,
+) -> list[str]:
+    """Plain sentences: one per primary comparison ("shown better/worse" or "nothing shown",
+    with P(improvement), the difference and p_holm), then the secondary metrics' figures
+    labelled exploratory."""
+    label = _metric_label(primary, at_env_steps)
+    out = []
+    for e in family:
+        figure = _comparison_figures(e)
+        if e["shown"]:
+            word = "better than" if e["direction"] == "better" else "worse than"
+            out.append(f"**shown**: {e['variant']} is {word} {e['baseline']} on {label}: {figure}.")
+        else:
+            out.append(f"nothing shown: {e['variant']} vs {e['baseline']} on {label}: {figure}.")
+    for name, per_metric in improvement.items():
+        for metric, poi in per_metric.items():
+            if metric == primary or metric not in METRICS:
+                continue
+            out.append(
+                f"exploratory: {name} vs {spec.reference} on "
+                f"{_metric_label(metric, at_env_steps)}: {_comparison_figures(poi)}."
+            )
+    return out
+
+
+def _comparison_figures(e: Mapping[str, Any]) -> str:
+    """``P = 0.81 [0.60, 0.97], difference +0.123 [..], p = 0.004, p_holm = 0.02``."""
+    parts = []
+    if e.get("value") is not None:
+        parts.append(f"P(improvement) = {_fmt_ci(e['value'], e.get('ci'), 2)}")
+    diff = e.get("mean_difference") or {}
+    if diff.get("value") is not None:
+        text = f"difference {diff['value']:+.3f}"
+        if diff.get("ci") is not None:
+            text += f" [{diff['ci'][0]:+.3f}, {diff['ci'][1]:+.3f}]"
+        parts.append(text)
+    if e.get("p_value") is not None:
+        parts.append(f"p = {e['p_value']:.3g}")
+    if e.get("p_holm") is not None:
+        parts.append(f"p_holm = {e['p_holm']:.3g}")
+    return ", ".join(parts) or "no finished runs to compare"
 
 
 def build_summary(
@@ -330,12 +608,16 @@ def build_summary(
     reported = [m for m in METRICS if m not in unreported] + [
         m for m in DESCRIPTIVE_METRICS if any(_run_score(r, m) is not None for r in all_runs)
     ]
+    primary = _primary_metric(spec, reported)
+    commits = _check_commits(spec, loaded, warnings)
     variants: dict[str, Any] = {}
     scores: dict[str, dict[str, list[float]]] = {}
+    by_seed: dict[str, dict[str, dict[int, float]]] = {}
     for v in spec.variants:
         runs = loaded[v.name]
         per_metric: dict[str, Any] = {}
         scores[v.name] = {}
+        by_seed[v.name] = {}
         for metric in reported:
             values = [_run_score(r, metric) for r in runs]
             present = [x for x in values if x is not None]
@@ -345,6 +627,11 @@ def build_summary(
                     f"{_ALL_METRICS[metric][1]!r}; left out of {metric}"
                 )
             scores[v.name][metric] = present
+            by_seed[v.name][metric] = {
+                int(r.config["seed"]): x
+                for r, x in zip(runs, values, strict=True)
+                if x is not None and r.config and isinstance(r.config.get("seed"), int)
+            }
             est = stats.interval_estimates(
                 present,
                 reps=reps,
@@ -388,6 +675,7 @@ def build_summary(
                 }
         variants[v.name] = {
             "args": v.args,
+            "work": _work(runs),
             "n_runs": sum(1 for r in run_rows if r["variant"] == v.name),
             "n_finished": len(runs),
             "n_failed": sum(
@@ -407,32 +695,18 @@ def build_summary(
             "agent_types": types,
         }
 
-    improvement: dict[str, Any] = {}
-    sentences: list[str] = []
     ref = spec.reference
+    compared = _Compared(scores, by_seed, reps, seed, confidence)
+    improvement: dict[str, Any] = {}
     for v in spec.variants:
-        if v.name == ref:
-            continue
-        improvement[v.name] = {}
-        for metric in reported:
-            poi = stats.probability_of_improvement(
-                scores[v.name][metric],
-                scores[ref][metric],
-                reps=reps,
-                seed=stats.derive_seed(seed, "poi", v.name, ref, metric),
-                confidence=confidence,
-            )
-            poi["mean_difference"] = stats.mean_difference(
-                scores[v.name][metric],
-                scores[ref][metric],
-                reps=reps,
-                seed=stats.derive_seed(seed, "diff", v.name, ref, metric),
-                confidence=confidence,
-            )
-            improvement[v.name][metric] = poi
-            if metric in METRICS:
-                label = _metric_label(metric, at_env_steps)
-                sentences.append(stats.verdict(v.name, ref, label, poi, confidence=confidence))
+        if v.name != ref:
+            improvement[v.name] = {m: compared(v.name, ref, m) for m in reported}
+    family = _primary_family(spec, primary, improvement, compared)
+    for entry in improvement.values():
+        for metric, poi in entry.items():
+            if metric != primary:
+                poi["exploratory"] = True
+    sentences = _verdict_sentences(spec, family, improvement, primary, at_env_steps)
     for name, entry in variants.items():
         entry["probability_of_improvement"] = improvement.get(name)  # None for the reference
 
@@ -458,6 +732,19 @@ def build_summary(
         "seeds": spec.seeds,
         "jobs": spec.jobs,
         "reference": ref,
+        "primary_metric": primary,
+        "decision_rule": {
+            "alpha": significance.ALPHA,
+            "correction": "holm",
+            "test": "two-sided permutation test of the difference of means (paired by seed "
+            "where both arms ran the seed: sign flips of the per-seed differences; else "
+            f"relabelling), exact up to {significance.EXACT_LIMIT} arrangements, else "
+            f"{significance.RESAMPLES} random ones",
+            "text": significance.describe_rule(),
+            "outcome": significance.summarize_family(family),
+        },
+        "comparisons": family,
+        "commits": commits,
         "bootstrap": {
             "reps": reps,
             "seed": seed,
@@ -535,6 +822,33 @@ def _seed_claim_section(s: Mapping[str, Any]) -> list[str]:
     return [*lines, text, ""]
 
 
+def _primary_section(s: Mapping[str, Any]) -> list[str]:
+    """The table of primary comparisons with their p-values and verdicts."""
+    family = s.get("comparisons") or []
+    lines = ["## Primary comparisons", ""]
+    if not family:
+        return [*lines, "(only one variant: nothing to compare)", ""]
+    outcome = s["decision_rule"]["outcome"]
+    lines += [
+        f"{outcome['comparisons']} primary comparison(s) on `{s['primary_metric']}`, "
+        f"Holm-adjusted together: **{outcome['shown']} shown** ({outcome['better']} better, "
+        f"{outcome['worse']} worse)" + (", nothing shown." if outcome["shown"] == 0 else "."),
+        "",
+        "| variant | baseline | P(improvement) | mean difference | p | p_holm | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for e in family:
+        diff = e.get("mean_difference") or {}
+        verdict = f"**shown {e['direction']}**" if e.get("shown") else "nothing shown"
+        p = "n/a" if e.get("p_value") is None else f"{e['p_value']:.3g}"
+        p_holm = "n/a" if e.get("p_holm") is None else f"{e['p_holm']:.3g}"
+        lines.append(
+            f"| {e['variant']} | {e['baseline']} | {_fmt_ci(e.get('value'), e.get('ci'), 2)} | "
+            f"{_fmt_ci(diff.get('value'), diff.get('ci'))} | {p} | {p_holm} | {verdict} |"
+        )
+    return [*lines, ""]
+
+
 def write_report(summary: Mapping[str, Any], out: str) -> str:
     """Write ``out/report.md`` from a summary; returns its path."""
     s = summary
@@ -558,9 +872,10 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
         "",
         f"Statistics: IQM (interquartile mean) and mean over seeds with {conf} stratified "
         f"bootstrap confidence intervals ({s['bootstrap']['reps']} resamples, seed "
-        f"{s['bootstrap']['seed']}, rliable); probability of improvement P(X > reference) for "
-        "one run of each, with its CI. A claim is made only when the whole CI of "
-        "P(improvement) is above (or below) 0.5.",
+        f"{s['bootstrap']['seed']}, rliable); probability of improvement P(X > baseline) for "
+        "one run of each, with its CI. Primary metric: "
+        f"**{s['metrics'].get(s.get('primary_metric'), {}).get('label', s.get('primary_metric'))}**"
+        f" (`{s.get('primary_metric')}`). " + s["decision_rule"]["text"],
         "",
     ]
     at_steps = s.get("at_env_steps")
@@ -577,17 +892,27 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
         lines += ["## Warnings", ""]
         lines += [f"- {w}" for w in s["warnings"]]
         lines.append("")
-    lines += ["## Verdicts", ""]
-    lines += [f"- {v}" for v in s["verdicts"]] or ["- (only one variant: nothing to compare)"]
-    lines.append("")
+    lines += _primary_section(s)
+    exploratory = [v for v in s["verdicts"] if v.startswith("exploratory")]
+    if exploratory:
+        lines += [
+            "## Exploratory comparisons (secondary metrics)",
+            "",
+            "Unadjusted p-values and no verdict: these suggest where to look next, they show "
+            "nothing.",
+            "",
+        ]
+        lines += [f"- {v.removeprefix('exploratory: ')}" for v in exploratory]
+        lines.append("")
     lines += _seed_claim_section(s)
 
     steps_column = "env steps reached" if at_steps is None else "evaluated at (env steps)"
     lines += [
         "## Variants",
         "",
-        f"| variant | options | finished | failed | missing | {steps_column} |",
-        "|---|---|---|---|---|---|",
+        f"| variant | options | finished | failed | missing | {steps_column} | "
+        "env steps/s | CPU s per run |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     step_key = "env_steps" if at_steps is None else "eval_env_steps"
     for name, v in s["variants"].items():
@@ -597,9 +922,13 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
             r[step_key] for r in s["runs"] if r["variant"] == name and r.get(step_key) is not None
         ]
         steps_text = "-" if not steps else f"{min(steps):.0f}–{max(steps):.0f}"
+        work = v.get("work") or {}
+        rate = (work.get("env_steps_per_s") or {}).get("mean")
+        cpu = (work.get("cpu_s") or {}).get("mean")
         lines.append(
             f"| {name}{mark} | `{opts}` | {v['n_finished']} | {v['n_failed']} | "
-            f"{v['n_missing'] + v.get('n_short', 0)} | {steps_text} |"
+            f"{v['n_missing'] + v.get('n_short', 0)} | {steps_text} | "
+            f"{'-' if rate is None else f'{rate:.0f}'} | {'-' if cpu is None else f'{cpu:.0f}'} |"
         )
     if at_steps is not None:
         lines += [
@@ -748,6 +1077,8 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
         f"- git commit: {env['git']['commit'] or 'unknown'}"
         + (" (uncommitted changes)" if env["git"]["dirty"] else ""),
         "- packages: " + ", ".join(f"{k} {v}" for k, v in env["packages"].items() if v is not None),
+        "- commits of the runs (finished.json): "
+        + (", ".join(f"`{c}`" for c in s.get("commits") or []) or "none recorded"),
     ]
     if s.get("wall_s") is not None:
         lines.append(f"- compare wall time (this invocation): {s['wall_s']:.0f} s")

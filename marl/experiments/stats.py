@@ -39,6 +39,7 @@ __all__ = [
     "RunData",
     "load_run",
     "run_at_env_steps",
+    "last_evaluations_mean",
     "seeded_global_rng",
     "derive_seed",
     "iqm",
@@ -349,6 +350,7 @@ class RunData:
     records: list[dict[str, Any]] = field(default_factory=list)  # metrics.jsonl rows
     config: dict[str, Any] | None = None  # config.yaml
     bad_lines: int = 0  # unparsable metrics.jsonl lines (e.g. a torn last line)
+    marker: dict[str, Any] | None = None  # finished.json: work done, commit, provenance
 
     @property
     def finished(self) -> bool:
@@ -396,6 +398,14 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
                     data.records.append(row)
                 else:
                     data.bad_lines += 1
+    marker_path = os.path.join(run_dir, "finished.json")
+    if os.path.isfile(marker_path):
+        try:
+            with open(marker_path) as fh:
+                marker = json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{marker_path}: not valid JSON ({exc})") from exc
+        data.marker = marker if isinstance(marker, dict) else None
     config_path = os.path.join(run_dir, "config.yaml")
     if os.path.isfile(config_path):
         import yaml
@@ -446,9 +456,30 @@ def run_at_env_steps(run: RunData, env_steps: float) -> tuple[RunData | None, st
     }
     evaluation["env_steps"] = last["env_steps"]
     return (
-        RunData(run_dir=run.run_dir, eval=evaluation, records=kept, config=run.config),
+        RunData(
+            run_dir=run.run_dir,
+            eval=evaluation,
+            records=kept,
+            config=run.config,
+            marker=run.marker,
+        ),
         None,
     )
+
+
+def last_evaluations_mean(
+    records: Sequence[Mapping[str, Any]], key: str, last: int = 5
+) -> float | None:
+    """Mean of the last ``last`` periodic validation evaluations ``key`` (e.g.
+    ``eval/success_rate``) in metrics.jsonl rows, in env-step order (None when none was
+    logged). A second endpoint beside the final evaluation: less sensitive to where one
+    evaluation happens to fall in a noisy curve."""
+    if last < 1:
+        raise ValueError(f"last must be >= 1, got {last}")
+    _, values = learning_curve(records, key)
+    if values.size == 0:
+        return None
+    return float(values[-last:].mean())
 
 
 def _number(value: Any) -> float | None:

@@ -21,6 +21,12 @@ calibration    baseline (``--recipe=baseline``: plain batch whitening), then see
                baseline.
 memory         mlp vs gru vs mamba vs mamba2 backbones on the memory preset of the environment
                (``--env.preset=memory``: no minimap, long episodes). Reference: mlp.
+memory_       mlp / gru / mamba / mamba2 x two training settings (t32: rollout 32, window 16,
+factorial      penalty channel on, the published gru's; t128: rollout 128, window 64, penalty
+               channel off, the published mamba's), memory preset. Reference: gru_t32; six
+               more pre-registered comparisons: mamba and mamba2 vs gru at t128, gru vs mlp at
+               t128, t128 vs t32 for mlp, mamba and mamba2. Run it with ``--env.preset`` left
+               to the study (it sets ``--env.preset=memory`` and ``--eval-repeats=1``).
 grouping       sequence backbones only (gru, mamba, mamba2): the default scheme
                (team_individual: team and individual advantages whitened separately, mixed
                by alpha 0.5) with its statistics grouped per agent type (the default) vs per
@@ -48,6 +54,9 @@ class Study:
     description: str
     reference: str
     variants: dict[str, list[str]]
+    comparisons: tuple[tuple[str, str], ...] = ()
+    """Pre-registered primary comparisons beyond each variant vs the reference: (A, B) asks
+    whether A beats B."""
 
 
 def _whitening(backbone: str, algo: str) -> Study:
@@ -166,11 +175,67 @@ def _grouping(backbone: str, algo: str) -> Study:
     )
 
 
+#: The memory factorial's two training settings: the rollout length, the training window, the
+#: penalty channel and an evaluation cadence of one evaluation every 65,536 env steps (64 envs).
+FACTORIAL_SETTINGS: dict[str, list[str]] = {
+    "t32": [
+        "--rollout-steps=32",
+        "--seq-len=16",
+        "--penalty-channel=individual",
+        "--eval-every=32",
+    ],
+    "t128": [
+        "--rollout-steps=128",
+        "--seq-len=64",
+        "--penalty-channel=none",
+        "--eval-every=8",
+    ],
+}
+
+
+def _memory_factorial(backbone: str, algo: str) -> Study:
+    backbones = ("mlp", "gru", "mamba", "mamba2")
+    variants = {
+        f"{kind}_{name}": [
+            f"--backbone={kind}",
+            "--env.preset=memory",
+            "--eval-repeats=1",
+            "--burn-in=0",
+            *options,
+        ]
+        for name, options in FACTORIAL_SETTINGS.items()
+        for kind in backbones
+    }
+    comparisons = (
+        # the architecture at the same settings (vs the reference gru_t32 at t32)
+        ("mamba_t128", "gru_t128"),
+        ("mamba2_t128", "gru_t128"),
+        ("gru_t128", "mlp_t128"),
+        # the settings within each backbone (gru's is against the reference)
+        ("mlp_t128", "mlp_t32"),
+        ("mamba_t128", "mamba_t32"),
+        ("mamba2_t128", "mamba2_t32"),
+    )
+    return Study(
+        name="memory_factorial",
+        description=(
+            "Backbone (mlp, gru, mamba, mamba2) x training settings (t32: rollout 32, window "
+            "16, penalty channel on; t128: rollout 128, window 64, penalty channel off) on the "
+            "memory preset, at equal env steps: does Mamba beat GRU at the same settings, and "
+            "which factor explains the published gap (mamba at t128 vs gru at t32)?"
+        ),
+        reference="gru_t32",
+        variants=variants,
+        comparisons=comparisons,
+    )
+
+
 STUDIES = {
     "whitening": _whitening,
     "calibration": _calibration,
     "memory": _memory,
     "grouping": _grouping,
+    "memory_factorial": _memory_factorial,
 }
 
 

@@ -75,6 +75,7 @@ RESUME_CHANGEABLE: frozenset[str] = frozenset(
         "max_time",
         "max_cpu_time",
         "eval_every",
+        "final_eval_episodes",
         "checkpoint_every",
         "plots",
         "gif",

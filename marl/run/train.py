@@ -81,6 +81,7 @@ from marl.run.config import (
 )
 from marl.run.evaluate import evaluate_policy, format_table, record_episode
 from marl.run.plots import plot_advantage_histograms, plot_learning_curves, write_gif
+from marl.run.provenance import provenance
 from marl.run.runlog import (
     RunLogger,
     WandbError,
@@ -222,7 +223,8 @@ def _baseline_rows(cfg: BaseConfig, seeds: list[int]) -> dict[str, dict[str, Any
 
 def _finish(algo, cfg: BaseConfig, run_dir: str, rows: list[dict] | None) -> dict[str, Any]:
     """Final evaluation, eval.json, plots, GIF and the table (rank 0)."""
-    seeds = list(range(cfg.eval_seed, cfg.eval_seed + cfg.eval_episodes))
+    episodes = cfg.final_eval_episodes or cfg.eval_episodes
+    seeds = list(range(cfg.eval_seed, cfg.eval_seed + episodes))
     result = evaluate_policy(
         algo.policy,
         cfg.env_fn,
@@ -470,7 +472,43 @@ def train(
             ckpt_path,
             wandb=wandb,
             wandb_resume_id=ckpt.get("wandb_run_id") if ckpt is not None else None,
+            earlier_provenance=ckpt.get("provenance") if ckpt is not None else None,
         )
+
+
+def _finished_record(
+    cfg: BaseConfig,
+    history: list[dict[str, Any]],
+    *,
+    update: int,
+    env_steps: int,
+    time_s: float,
+    cpu_s: float,
+    checkpoint: str | None,
+) -> dict[str, Any]:
+    """finished.json: the work the run consumed (env steps, wall and CPU seconds, over all its
+    invocations), the budget it was given, and its provenance: ``commit`` / ``dirty`` of the
+    invocation that finished it, ``commits`` of every invocation (more than one when it was
+    resumed under other code) and the last invocation's full :func:`provenance` record."""
+    last = history[-1]
+    commits = list(dict.fromkeys(p.get("commit") for p in history if p.get("commit")))
+    return {
+        "update": update,
+        "env_steps": env_steps,
+        "time_s": time_s,
+        "cpu_s": cpu_s,
+        "checkpoint": checkpoint,
+        "budget": {
+            "total_steps": cfg.total_steps,
+            "max_time": cfg.max_time,
+            "max_cpu_time": cfg.max_cpu_time,
+        },
+        "commit": last.get("commit"),
+        "dirty": any(bool(p.get("dirty")) for p in history),
+        "commits": commits,
+        "invocations": len(history),
+        "provenance": last,
+    }
 
 
 def _write_text(path: str, text: str) -> None:
@@ -497,10 +535,12 @@ def _train_loop(
     *,
     wandb: WandbOptions | None = None,
     wandb_resume_id: str | None = None,
+    earlier_provenance: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any] | None:
     """The loop of :func:`train` once the run directory is prepared (and locked).
 
-    ``before``: (wall seconds, CPU seconds) of training in earlier invocations (a resume).
+    ``before``: (wall seconds, CPU seconds) of training in earlier invocations (a resume);
+    ``earlier_provenance``: their :func:`marl.run.provenance.provenance` records.
     """
     elapsed_before, cpu_before = before
     is_main = ctx.is_main
@@ -517,6 +557,8 @@ def _train_loop(
     )
     agents = algo.layout.n_agents
     saved: dict[str, Any] = {"path": ckpt_path, "update": update if resume else None}
+    # provenance of every invocation of this run (a resumed run keeps its earlier parts')
+    history = [*(earlier_provenance or []), provenance()]
 
     def save(path_update: int) -> None:
         if not is_main or saved["update"] == path_update:
@@ -535,6 +577,7 @@ def _train_loop(
             "keep_checkpoints": keep,
             # kept through resumes without --wandb, for a later one with it
             "wandb_run_id": logger.wandb_run_id or wandb_resume_id,
+            "provenance": history,
         }
         logger.flush()  # the TensorBoard events up to this update are on disk first
         saved["path"] = save_run_checkpoint(run_dir, path_update, payload, keep)
@@ -682,13 +725,15 @@ def _train_loop(
         if is_main:  # last: everything a finished run holds is written
             _write_json(
                 os.path.join(run_dir, FINISHED_MARKER),
-                {
-                    "update": update,
-                    "env_steps": env_steps,
-                    "time_s": elapsed_before + (time.perf_counter() - t_start),
-                    "cpu_s": cpu_now(),
-                    "checkpoint": saved["path"] and os.path.relpath(saved["path"], run_dir),
-                },
+                _finished_record(
+                    cfg,
+                    history,
+                    update=update,
+                    env_steps=env_steps,
+                    time_s=elapsed_before + (time.perf_counter() - t_start),
+                    cpu_s=cpu_now(),
+                    checkpoint=saved["path"] and os.path.relpath(saved["path"], run_dir),
+                ),
             )
     except (NonFiniteError, OSError) as exc:
         exc.marl_kept = _kept_note(saved, cfg)  # type: ignore[attr-defined]
