@@ -198,6 +198,7 @@ class MultiSearchConfig:
     penalty_step: float = 0.01
     penalty_revisit: float = 0.002
     penalty_invalid: float = 0.05
+    rescuer_reward_scale: float = 1.0
     strict_actions: bool = False
 
     # ---- derived -------------------------------------------------------------------------
@@ -259,6 +260,11 @@ class MultiSearchConfig:
         _float("obstacle_density", 0.0, 0.5)
         for name in REWARD_WEIGHT_NAMES:
             _float(name, 0.0 if name.startswith("penalty_") else -math.inf)
+        _float("rescuer_reward_scale", 0.0)
+        if not self.rescuer_reward_scale > 0:
+            raise ValueError(
+                f"rescuer_reward_scale must be > 0 (1.0: off), got {self.rescuer_reward_scale}"
+            )
         for name in ("minimap", "route_hint", "strict_actions"):
             value = getattr(self, name)
             if not isinstance(value, (bool, np.bool_)):
@@ -980,6 +986,8 @@ class MultiSearchCore:
             terminated,
             truncated,
         )
+        if self.config.rescuer_reward_scale != 1.0:  # the rescuers' own channels only
+            rewards[1:, self.config.n_scouts :, :] *= self.config.rescuer_reward_scale
         return rewards, invalid, terminated, truncated
 
     def legal_action(self, env: int, agent: int, action: int) -> bool:

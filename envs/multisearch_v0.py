@@ -129,6 +129,10 @@ Arguments
 ``minimap_size`` M, ``route_hint`` (bool, default True: the minimap's route part; False: zeros,
 agents must find their way to reported targets themselves), the reward weights above
 (penalties are magnitudes >= 0),
+``rescuer_reward_scale`` (> 0, default 1.0: off) multiplies the rescuers' individual and
+penalty rewards (not the shared team reward), so that one agent type's rewards are 10x or
+100x the other's: the task of the ``whitening_scales`` study, where statistics per agent type
+should matter. Not a preset value.
 ``strict_actions`` (bool), ``render_mode`` (None | "human" | "rgb_array" | "ansi").
 Impossible values raise ``ValueError``; a wrong type or an unknown argument raises
 ``ArgumentTypeError``, which is both a ``TypeError`` and a ``ValueError``.

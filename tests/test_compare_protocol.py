@@ -252,3 +252,112 @@ def test_a_trained_run_records_its_provenance_and_budget(tmp_path) -> None:
     assert marker["provenance"]["cpu_model"] is None or marker["provenance"]["cpu_model"]
     assert len(json.loads((run_dir / "eval.json").read_text())["seeds"]) == 3
     assert math.isfinite(marker["cpu_s"])
+
+
+def test_memory_factorial_study_definition(tmp_path, capsys) -> None:
+    from marl.experiments.studies import get_study
+    from marl.run.config import parse_cli
+
+    study = get_study("memory_factorial")
+    assert len(study.variants) == 8 and study.reference == "gru_t32"
+    for name, args in study.variants.items():
+        cfg = parse_cli([*args, "--seed=0"])  # every cell is a valid train configuration
+        backbone, setting = name.split("_")
+        assert cfg.backbone == backbone and cfg.env["preset"] == "memory"
+        expected = (32, 16, "individual") if setting == "t32" else (128, 64, "none")
+        assert (cfg.rollout_steps, cfg.seq_len, cfg.penalty_channel) == expected
+        # both settings evaluate every 65,536 env steps with the default 64 envs
+        assert cfg.rollout_steps * cfg.num_envs * cfg.eval_every == 65_536
+    for a, b in study.comparisons:
+        assert a in study.variants and b in study.variants
+        # each pre-registered pair changes exactly one factor
+        (ba, sa), (bb, sb) = a.split("_"), b.split("_")
+        assert (ba == bb) != (sa == sb)
+    argv = ["--study", "memory_factorial", "--total-steps", "655360", "--out", str(tmp_path)]
+    spec = compare.build_spec(compare.build_parser().parse_args([*argv, "--seeds", "16"]))
+    assert len(spec.primary_comparisons()) == 13
+    assert compare.check_design(spec) is None
+    # 0.05 / 13 = 0.00385: 2/2**9 = 0.0039 is not below it, 2/2**10 is
+    spec9 = compare.build_spec(compare.build_parser().parse_args([*argv, "--seeds", "9"]))
+    assert "--seeds 10 or more" in compare.check_design(spec9)
+
+
+@pytest.mark.parametrize("algo", ["mappo", "grpo"])
+def test_calibration_ladder_reaches_the_calibrated_recipe(algo: str) -> None:
+    from marl.experiments.studies import get_study
+    from marl.run.config import config_to_dict, parse_cli
+
+    study = get_study("calibration_ladder", algo=algo)
+
+    def resolved(args: list[str]) -> dict:
+        cfg = config_to_dict(parse_cli([f"--algo={algo}", *args, "--seed=0"]))
+        cfg.pop("recipe")
+        return cfg
+
+    names = list(study.variants)
+    assert names[0] == "baseline" and names[-2:] == ["calibrated", "default"]
+    configs = [resolved(study.variants[n]) for n in names[:-1]]
+    # each rung changes a strict superset of what the one before changed, one ingredient more
+    for before, after in zip(configs, configs[1:], strict=False):
+        assert {k for k in after if after[k] != before[k]}
+    base, last_rung, calibrated = configs[0], configs[-2], configs[-1]
+    # the last rung and --recipe=calibrated differ in gradient clipping only
+    assert {k for k in calibrated if calibrated[k] != last_rung[k]} == {"max_grad_norm"}
+    assert last_rung["max_grad_norm"] == base["max_grad_norm"] is None
+    assert calibrated["max_grad_norm"] == resolved([])["max_grad_norm"]
+    for a, b in study.comparisons:
+        assert a in study.variants and b in study.variants
+    assert ("calibrated", "default") in study.comparisons
+
+
+def test_whitening_scales_study_runs_on_a_scaled_task() -> None:
+    from marl.experiments.studies import get_study
+    from marl.run.config import parse_cli
+
+    study = get_study("whitening_scales")
+    assert study.reference == "batch" and set(study.variants) == {
+        "none",
+        "batch",
+        "type",
+        "ti_a0.5",
+        "ti_a0.25",
+    }
+    for args in study.variants.values():
+        cfg = parse_cli([*args, "--env.rescuer_reward_scale=100", "--seed=0"])
+        assert cfg.env["preset"] == "hard" and cfg.env["rescuer_reward_scale"] == 100
+
+
+def test_missing_statistics_stack_is_reported_before_training(
+    tmp_path, fake_train, monkeypatch, capsys
+) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_rliable(name, *args, **kwargs):
+        if name == "rliable" or name.startswith("rliable."):
+            raise ImportError("No module named 'rliable'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_rliable)
+    monkeypatch.setenv("FAKE_TRAIN_LOG", str(tmp_path / "calls.log"))
+    argv = ["--variant", "a:--alpha=0.2", "--seeds", "1", "--total-steps", "800"]
+    argv += ["--out", str(tmp_path / "o"), "--train-command", fake_train, "--no-progress"]
+    with pytest.raises(SystemExit) as exc:
+        compare.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "pip install 'coopsearch[compare]'" in err and "Traceback" not in err
+    assert invocations(tmp_path / "calls.log") == []  # nothing trained
+
+
+def test_arms_run_interleaved_seed_major(tmp_path, fake_train, monkeypatch) -> None:
+    # seed k of every arm starts before seed k + 1 of any arm (drift hits the arms alike)
+    argv = ["--variant", "a:--alpha=0.2", "--variant", "b:--alpha=0.4"]
+    argv += ["--variant", "c:--alpha=0.6", "--seeds", "3", "--pilot", "--total-steps", "800"]
+    argv += ["--out", str(tmp_path / "o"), "--train-command", fake_train, "--jobs", "1"]
+    argv += ["--no-progress", "--no-plots", "--bootstrap-reps", "20"]
+    monkeypatch.setenv("FAKE_TRAIN_LOG", str(tmp_path / "calls.log"))
+    assert compare.main(argv) == 0
+    started = [line.split()[0] for line in invocations(tmp_path / "calls.log")]
+    assert started == [f"{v}/seed_{k}" for k in range(3) for v in ("a", "b", "c")]

@@ -1440,6 +1440,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise CompareError(
                 f"--primary-metric {args.primary_metric!r}: allowed: " + ", ".join(report.METRICS)
             )
+        from marl.experiments.stats import check_dependencies
+
+        missing = check_dependencies()
+        if missing is not None and not args.dry_run:
+            raise CompareError(missing)
         design_problem = check_design(spec)
         if design_problem is not None and not (args.pilot or args.report_only or args.dry_run):
             raise CompareError(design_problem)

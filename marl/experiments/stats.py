@@ -66,6 +66,25 @@ DEFAULT_REPS = 2000
 FEW_RUNS = 5
 
 
+#: What to install for the statistics (a bare ``pip install rliable`` may pull arch 8 or
+#: pandas 3, under which rliable does not import: the extra pins them).
+COMPARE_EXTRA_HINT = (
+    "marl.compare's statistics need the 'compare' extra: pip install 'coopsearch[compare]' "
+    "(rliable with arch<8 and pandas<3; a bare 'pip install rliable' may not import)."
+)
+
+
+def check_dependencies() -> str | None:
+    """None when the statistics' libraries import, else the error to show (with the extra to
+    install). marl.compare calls it before it trains anything."""
+    try:
+        _rliable()
+        import scipy.stats  # noqa: F401
+    except ImportError as exc:
+        return str(exc) if COMPARE_EXTRA_HINT in str(exc) else f"{COMPARE_EXTRA_HINT} ({exc})"
+    return None
+
+
 def _rliable() -> tuple[Any, Any]:
     """Import rliable's library and metrics modules, with an actionable error."""
     try:
@@ -73,10 +92,8 @@ def _rliable() -> tuple[Any, Any]:
         from rliable import metrics
     except Exception as exc:  # pragma: no cover - depends on the installed stack
         raise ImportError(
-            "marl.experiments.stats needs rliable (pip install rliable). Importing rliable.library "
-            "failed "
-            f"with {type(exc).__name__}: {exc}. A known cause: rliable 1.2 requires arch<8, "
-            "and arch 7.x does not import under pandas>=3; install 'pandas<3'."
+            f"{COMPARE_EXTRA_HINT} Importing rliable.library failed with "
+            f"{type(exc).__name__}: {exc}."
         ) from exc
     return rly, metrics
 

@@ -27,6 +27,14 @@ factorial      penalty channel on, the published gru's; t128: rollout 128, windo
                more pre-registered comparisons: mamba and mamba2 vs gru at t128, gru vs mlp at
                t128, t128 vs t32 for mlp, mamba and mamba2. Run it with ``--env.preset`` left
                to the study (it sets ``--env.preset=memory`` and ``--eval-repeats=1``).
+calibration_   seed 000's ingredients one at a time from ``--recipe=baseline`` (value
+ladder         stabilisation (MAPPO only), + advantage clip 5, + entropy bonus 0.01, + optimism
+               offset 0.5) to ``--recipe=calibrated`` (the last rung adds gradient clipping),
+               and the library default. Reference: baseline; pre-registered: each rung vs
+               the one before, calibrated vs default.
+whitening_     none / batch / type / team_individual at alpha 0.5 and 0.25 (per type) on the
+scales         hard preset; give the task's scale with
+               ``--common=--env.rescuer_reward_scale=10`` (or 100). Reference: batch.
 grouping       sequence backbones only (gru, mamba, mamba2): the default scheme
                (team_individual: team and individual advantages whitened separately, mixed
                by alpha 0.5) with its statistics grouped per agent type (the default) vs per
@@ -230,12 +238,81 @@ def _memory_factorial(backbone: str, algo: str) -> Study:
     )
 
 
+def _calibration_ladder(backbone: str, algo: str) -> Study:
+    # the ingredients that separate --recipe=baseline from --recipe=calibrated, in seed 000's
+    # order; the last rung adds gradient clipping and is the calibrated recipe itself
+    ingredients: list[tuple[str, list[str]]] = [
+        ("adv_clip", ["--adv-clip=5.0"]),
+        ("ent", ["--ent-coef=0.01"]),
+        ("offset", ["--optimism-offset=0.5"]),
+    ]
+    if algo != "grpo":  # GRPO has no critic: no value stabilisation rung
+        ingredients.insert(
+            0, ("value_stab", ["--value-clip=0.1", "--value-epochs=4", "--value-norm=true"])
+        )
+    variants: dict[str, list[str]] = {"baseline": ["--recipe=baseline"]}
+    rungs = ["baseline"]
+    options = ["--recipe=baseline"]
+    for name, added in ingredients:
+        options = [*options, *added]
+        rung = name if rungs == ["baseline"] else f"{rungs[-1]}+{name}"
+        variants[rung] = options
+        rungs.append(rung)
+    variants["calibrated"] = ["--recipe=calibrated"]  # the last rung + gradient clipping (10)
+    variants["default"] = []
+    steps = [("calibrated", rungs[-1])]
+    steps += [(later, earlier) for earlier, later in zip(rungs[1:-1], rungs[2:], strict=True)]
+    return Study(
+        name="calibration_ladder",
+        description=(
+            "Seed 000's ingredients added one at a time from its baseline "
+            "(--recipe=baseline: no gradient clipping, entropy bonus or value normalisation) "
+            "up to the full calibrated recipe (the last rung adds gradient clipping and equals "
+            "--recipe=calibrated), with the library default as a second reference."
+        ),
+        reference="baseline",
+        variants=variants,
+        comparisons=(*steps, ("calibrated", "default")),
+    )
+
+
+def _whitening_scales(backbone: str, algo: str) -> Study:
+    return Study(
+        name="whitening_scales",
+        description=(
+            "Whitening schemes on a task where the rescuers' individual and penalty rewards "
+            "are scaled (--env.rescuer_reward_scale=10 or 100 in --common): batch vs per type "
+            "vs team_individual at alpha 0.5 and 0.25 (grouped per type) vs none, hard preset."
+        ),
+        reference="batch",
+        variants={
+            "none": ["--env.preset=hard", "--whitening=none"],
+            "batch": ["--env.preset=hard", "--whitening=batch"],
+            "type": ["--env.preset=hard", "--whitening=type"],
+            "ti_a0.5": [
+                "--env.preset=hard",
+                "--whitening=team_individual",
+                "--alpha=0.5",
+                "--whiten-inner=type",
+            ],
+            "ti_a0.25": [
+                "--env.preset=hard",
+                "--whitening=team_individual",
+                "--alpha=0.25",
+                "--whiten-inner=type",
+            ],
+        },
+    )
+
+
 STUDIES = {
     "whitening": _whitening,
     "calibration": _calibration,
     "memory": _memory,
     "grouping": _grouping,
     "memory_factorial": _memory_factorial,
+    "calibration_ladder": _calibration_ladder,
+    "whitening_scales": _whitening_scales,
 }
 
 
