@@ -1,5 +1,5 @@
-"""``python -m marl.export RUN_DIR --format onnx|torchscript --out FILE``: a run's actors as
-standalone files, one per agent type.
+"""``python -m marl.export RUN_DIR --format onnx|torchscript --out STEM|FILE|DIR/``: a run's
+actors as standalone files, one per agent type.
 
 Each file computes one agent type's actor for a batch of agents:
 
@@ -14,17 +14,24 @@ h (gru)        float32 [B, H]         the GRU state (zeros at an episode's start
 -> h (gru)     float32 [B, H]         the new GRU state
 =============  =====================  =====================================================
 
-Greedy action: ``argmax(logits)``; log-probabilities: ``log_softmax(logits)``. With one agent
-type the file is FILE itself, else ``STEM.<type>.onnx`` (``.pt`` for TorchScript) beside it.
+Greedy action: ``argmax(logits)``; log-probabilities: ``log_softmax(logits)``.
+
+Files (:func:`export_paths`), for every agent type (multisearch: ``scout``, ``rescuer``):
+``--out policy`` or ``--out policy.onnx`` -> ``policy.scout.onnx``, ``policy.rescuer.onnx``;
+``--out exported/`` (a trailing slash, or an existing directory) -> ``exported/scout.onnx``,
+``exported/rescuer.onnx``. TorchScript files end in ``.pt`` instead. Each path written is
+printed. ONNX export needs the ``export`` extra (``pip install 'coopsearch[export]'``).
+
 Supported backbones: mlp and gru (mamba / mamba2 actors run their selective scan through
 compiled kernels that neither exporter can trace: use ``marl.load_policy`` for them).
 """
 
 from __future__ import annotations
 
-import argparse
+import importlib
 import os
 import sys
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -32,10 +39,17 @@ from torch import Tensor, nn
 
 from marl.policies import MASK_LOGIT, TypeActor
 from marl.policy_api import TrainedPolicy, load_policy
+from marl.run.cli import StrictArgumentParser
 
 __all__ = ["ExportedActor", "export_policy", "export_paths", "main", "SUPPORTED_BACKBONES"]
 
 SUPPORTED_BACKBONES = ("mlp", "gru")
+
+#: file extension of each format
+EXTENSIONS = {"onnx": ".onnx", "torchscript": ".pt"}
+
+#: the packages of the ``export`` extra (``pip install 'coopsearch[export]'``)
+EXPORT_EXTRA = ("onnx", "onnxscript", "onnxruntime")
 
 
 class ExportedActor(nn.Module):
@@ -75,12 +89,41 @@ class ExportedActor(nn.Module):
 
 
 def export_paths(out: str, type_names: list[str], fmt: str) -> dict[str, str]:
-    """Agent type -> file: ``out`` itself for one type, else ``STEM.<type>.<ext>``."""
-    if len(type_names) == 1:
-        return {type_names[0]: out}
-    stem, _ = os.path.splitext(out)
-    ext = ".onnx" if fmt == "onnx" else ".pt"
-    return {name: f"{stem}.{name}{ext}" for name in type_names}
+    """Agent type -> file, one per type, ``ext`` the format's extension (.onnx, .pt):
+    ``DIR/<type><ext>`` when ``out`` is a directory (it exists, or ends in a slash), else
+    ``STEM.<type><ext>``, ``out`` being the stem or a file name with the extension
+    (``policy`` or ``policy.onnx`` -> ``policy.scout.onnx``). A file name with the other
+    format's extension is refused (ValueError)."""
+    if fmt not in EXTENSIONS:
+        raise ValueError(f"format must be 'onnx' or 'torchscript', got {fmt!r}")
+    ext = EXTENSIONS[fmt]
+    if out.endswith(("/", os.sep)) or os.path.isdir(out):
+        return {name: os.path.join(out, name + ext) for name in type_names}
+    stem, given = os.path.splitext(out)
+    if given == ext:
+        out = stem
+    elif given in EXTENSIONS.values():
+        raise ValueError(
+            f"--out {out!r} ends in {given}, the extension of the other format; --format {fmt} "
+            f"writes {ext} files (give a stem, a name ending in {ext}, or a directory)"
+        )
+    return {name: f"{out}.{name}{ext}" for name in type_names}
+
+
+def require_export_extra() -> None:
+    """Raise ImportError (one line: what is missing, how to install it) unless the packages
+    of the ``export`` extra import."""
+    missing = []
+    for name in EXPORT_EXTRA:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise ImportError(
+            f"ONNX export needs {', '.join(missing)} (the 'export' extra): pip install "
+            "'coopsearch[export]'"
+        )
 
 
 def _example_inputs(policy: TrainedPolicy, name: str) -> tuple[Tensor, ...]:
@@ -97,45 +140,64 @@ def _example_inputs(policy: TrainedPolicy, name: str) -> tuple[Tensor, ...]:
 def export_policy(policy: TrainedPolicy, out: str, fmt: str = "onnx") -> dict[str, str]:
     """Write each agent type's :class:`ExportedActor` as ``fmt`` (onnx | torchscript);
     returns agent type -> path."""
-    if fmt not in ("onnx", "torchscript"):
-        raise ValueError(f"format must be 'onnx' or 'torchscript', got {fmt!r}")
-    backbone = policy.config.backbone if policy.config is not None else "mlp"
     paths = export_paths(out, list(policy.layout.type_names), fmt)
+    if fmt == "onnx":
+        require_export_extra()
+    backbone = policy.config.backbone if policy.config is not None else "mlp"
     for name, path in paths.items():
         module = ExportedActor(policy.policy.actors[name], backbone).eval()
         example = _example_inputs(policy, name)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         names = ["obs", "action_mask", "agent_index"] + (["h"] if len(example) == 4 else [])
         outputs = ["logits"] + (["h_out"] if len(example) == 4 else [])
-        if fmt == "torchscript":
-            with torch.no_grad():
-                torch.jit.save(torch.jit.trace(module, example), path)
-        else:
-            torch.onnx.export(
-                module,
-                example,
-                path,
-                input_names=names,
-                output_names=outputs,
-                dynamic_axes={n: {0: "batch"} for n in names + outputs},
-                dynamo=False,
-            )
+        with warnings.catch_warnings():
+            # torch's notices that torch.jit and its TorchScript-based ONNX exporter
+            # (dynamo=False) are deprecated: nothing a user of this command can act on
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", FutureWarning)
+            if fmt == "torchscript":
+                with torch.no_grad():
+                    torch.jit.save(torch.jit.trace(module, example), path)
+            else:
+                torch.onnx.export(
+                    module,
+                    example,
+                    path,
+                    input_names=names,
+                    output_names=outputs,
+                    dynamic_axes={n: {0: "batch"} for n in names + outputs},
+                    dynamo=False,
+                )
     return paths
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+    """``python -m marl.export``; returns the exit status: 0 written, 2 bad input or the
+    ``export`` extra missing (an ``error:`` line)."""
+    p = StrictArgumentParser(
         prog="python -m marl.export",
+        allow_abbrev=False,
         description="Export a run's actors (mlp, gru) as ONNX or TorchScript files, one per "
         "agent type: inputs obs [B, obs_dim], action_mask [B, A], agent_index int64 [B] (and "
-        "h [B, H] for gru); outputs the masked logits [B, A] (and the new h).",
+        "h [B, H] for gru); outputs the masked logits [B, A] (and the new h). Prints each "
+        "file written. ONNX needs pip install 'coopsearch[export]'.",
     )
-    p.add_argument("run_dir")
+    p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--format", choices=("onnx", "torchscript"), default="onnx")
-    p.add_argument("--out", required=True, help="FILE (one agent type) or the stem of the files")
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="STEM|FILE|DIR/",
+        help="where the files go, one per agent type: STEM or STEM.onnx -> STEM.<type>.onnx; "
+        "DIR/ (a trailing slash or an existing directory) -> DIR/<type>.onnx (.pt instead of "
+        ".onnx for --format torchscript)",
+    )
     p.add_argument("--checkpoint", default=None, help="checkpoint file (default: the latest)")
     args = p.parse_args(argv)
     try:
+        export_paths(args.out, ["type"], args.format)  # a bad --out before any work
+        if args.format == "onnx":
+            require_export_extra()
         policy = load_policy(args.run_dir, checkpoint=args.checkpoint)
         paths = export_policy(policy, args.out, args.format)
     except (ValueError, ImportError) as exc:

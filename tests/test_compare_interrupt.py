@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from marl.experiments import compare
+from marl.experiments import compare, launchers
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -91,9 +91,9 @@ def _python(code: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess
 
 RAY_STUB = """
     import tempfile, threading, time
-    from marl.experiments import compare
-    compare.STOP_GRACE_S = 0.0
-    compare.RAY_STOP_MARGIN_S = 0.5
+    from marl.experiments import launchers
+    launchers.STOP_GRACE_S = 0.0
+    launchers.RAY_STOP_MARGIN_S = 0.5
 
     class Ray:
         def __init__(self, stuck):
@@ -107,11 +107,11 @@ RAY_STUB = """
         def get(self, ref):
             return 3
 
-    launcher = compare.RayLauncher.__new__(compare.RayLauncher)
+    launcher = launchers.RayLauncher.__new__(launchers.RayLauncher)
     launcher.ray = Ray(STUCK)
     launcher._owns_ray = False
     log = tempfile.mkdtemp() + "/run.log"
-    print(launcher.stop([compare._RayTask("ref", log)], 0.2), flush=True)
+    print(launcher.stop([launchers._RayTask("ref", log)], 0.2), flush=True)
     time.sleep(1.5)  # past the watchdog's deadline
     print("alive", flush=True)
 """
@@ -169,7 +169,7 @@ def test_a_ray_task_stops_its_run_when_its_stop_file_appears(tmp_path: Path) -> 
     log, stop = tmp_path / "run.log", tmp_path / "run.log.stop"
     result: list[int] = []
     worker = threading.Thread(
-        target=lambda: result.append(compare._train_in_worker(
+        target=lambda: result.append(launchers._train_in_worker(
             [sys.executable, "-c", child], str(tmp_path), str(log), {}, str(stop))),
         daemon=True,
     )  # fmt: skip

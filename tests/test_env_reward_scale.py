@@ -50,7 +50,9 @@ def test_vector_env_scales_the_same_way() -> None:
     _, rew_s, _, _, info_s = scaled.step(actions)
     for a in plain.agents:
         factor = 10.0 if a.startswith("rescuer") else 1.0
-        np.testing.assert_allclose(info_s[a]["reward_penalty"], factor * info_p[a]["reward_penalty"])
+        np.testing.assert_allclose(
+            info_s[a]["reward_penalty"], factor * info_p[a]["reward_penalty"]
+        )
         np.testing.assert_allclose(info_s[a]["reward_team"], info_p[a]["reward_team"])
 
 

@@ -98,7 +98,7 @@ def test_ray_study_matches_the_local_pool(tmp_path, monkeypatch, capsys) -> None
         va, vb = sa["variants"][variant], sb["variants"][variant]
         assert vb["n_finished"] == 2
         assert vb["metrics"]["success_rate"]["values"] == va["metrics"]["success_rate"]["values"]
-    assert sb["jobs"] == min(2, compare._cpu_count())  # the local cluster's CPUs // 1
+    assert sb["jobs"] == min(2, compare.cpu_count())  # the local cluster's CPUs // 1
     assert (ray_out / "report.md").is_file()
 
     # an interrupted run (checkpoints, no marker; eval.json as marl.evaluate leaves it) is

@@ -321,16 +321,22 @@ def test_end_to_end_artifacts_on_a_second_env(tmp_path):
     assert ev["coverage"] is None  # the signal game reports no coverage
 
 
-def test_evaluate_cli_rewrites_eval_json(tmp_path, capsys):
+def test_evaluate_cli_reproduces_eval_json_in_its_own_file(tmp_path, capsys):
     from marl.run.evaluate import main as eval_main
 
     run = tmp_path / "run"
     assert _run(run, "--total-steps", "128", "--plots", "false", "--gif", "false") == 0
-    first = json.loads((run / "eval.json").read_text())
-    (run / "eval.json").unlink()
+    before = (run / "eval.json").read_bytes()
     sys.path.insert(0, TESTS)
-    assert eval_main([str(run)]) == 0
-    assert json.loads((run / "eval.json").read_text()) == first
+    out = tmp_path / "again.json"
+    assert eval_main([str(run), "--out", str(out)]) == 0
+    assert (run / "eval.json").read_bytes() == before  # the run's own file is left alone
+    again = json.loads(out.read_text())
+    # 128 env steps of 8 envs x 16 steps: one update, its checkpoint evaluated with the
+    # default eval_repeats (2 episodes per seed)
+    assert again.pop("checkpoint") == "checkpoints/ckpt_1.pt"
+    assert (again.pop("update"), again.pop("env_steps"), again.pop("repeats")) == (1, 128, 2)
+    assert again == json.loads(before)
     assert "success_rate" in capsys.readouterr().out
 
 

@@ -54,12 +54,10 @@ CIs are ``[low, high]`` or ``None`` (fewer than two runs).
 from __future__ import annotations
 
 import datetime
-import importlib.metadata
 import json
 import os
 import platform
 import re
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -67,9 +65,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from marl.experiments import significance, stats
+from marl.run.provenance import cpu_model, git_state, package_versions
+from marl.run.rundir import atomic_write_text
 
 if TYPE_CHECKING:
-    from marl.experiments.compare import CompareSpec
+    from marl.experiments.spec import CompareSpec
 
 __all__ = [
     "METRICS",
@@ -169,35 +169,14 @@ CURVE_POINTS = 50
 # ------------------------------------------------------------------------------------------
 def environment_info() -> dict[str, Any]:
     """Python, platform, CPU count, package versions and the git commit of the code."""
-    versions = {}
-    for name in PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    git = {"commit": None, "dirty": None}
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10
-        )
-        if commit.returncode == 0:
-            git["commit"] = commit.stdout.strip()
-            dirty = subprocess.run(
-                ["git", "status", "--porcelain", "--untracked-files=no"],
-                cwd=repo,
-                capture_output=True,
-                text=True,
-                timeout=10,
-            )
-            git["dirty"] = bool(dirty.stdout.strip()) if dirty.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        pass
+    versions = package_versions(PACKAGES)
+    git = git_state()
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
+        "cpu_model": cpu_model(),
         "packages": versions,
         "git": git,
     }
@@ -252,6 +231,199 @@ def _metric_label(metric: str, at_env_steps: int | None) -> str:
     if _ALL_METRICS[metric][0] == "auc":
         return f"{label} up to {at_env_steps} env steps"
     return f"{label.removeprefix('final ')} at {at_env_steps} env steps"
+
+
+def _load_runs(
+    spec: CompareSpec,
+    records: Sequence[Mapping[str, Any]],
+    at_env_steps: int | None,
+    warnings: list[str],
+) -> tuple[dict[str, list[stats.RunData]], list[dict[str, Any]]]:
+    """The finished runs' data per variant (as they stood at ``at_env_steps`` when given) and
+    one row per run for summary.json; unreadable or short runs become ``failed`` / ``short``
+    rows with a warning."""
+    loaded: dict[str, list[stats.RunData]] = {v.name: [] for v in spec.variants}
+    run_rows = []
+    for rec in records:
+        row = dict(rec)
+        row["run_dir"] = os.path.relpath(rec["run_dir"], spec.out)
+        run_rows.append(row)
+        if rec["status"] != "finished":
+            continue
+        label = f"{rec['variant']}/seed_{rec['seed']}"
+        try:
+            run: stats.RunData | None = stats.load_run(rec["run_dir"])
+        except ValueError as exc:
+            row.update(status="failed", error=f"unreadable results: {exc}")
+            continue
+        if at_env_steps is not None:
+            run, reason = stats.run_at_env_steps(run, at_env_steps)
+            if run is None:
+                row.update(status="short", error=reason)
+                warnings.append(f"run {label} is excluded at {at_env_steps} env steps: {reason}")
+                continue
+            row["eval_env_steps"] = run.eval["env_steps"]
+            budget_bound = {
+                k: (run.config or {}).get(k)
+                for k, free in stats.BUDGET_FREE_SETTINGS.items()
+                if (run.config or {}).get(k, free) != free
+            }
+            if budget_bound:
+                warnings.append(
+                    f"run {label} has a schedule over training progress ({budget_bound}): its "
+                    f"state at {at_env_steps} env steps depends on its total budget"
+                )
+        loaded[rec["variant"]].append(run)
+        row["eval"] = run.eval
+        steps = [r.get("env_steps") for r in run.records]
+        steps = [x for x in steps if isinstance(x, int | float)]
+        row["env_steps"] = max(steps) if steps else None
+        if run.bad_lines:
+            warnings.append(f"{label}: {run.bad_lines} unparsable metrics.jsonl line(s) skipped")
+    return loaded, run_rows
+
+
+def _warn_run_counts(
+    spec: CompareSpec, run_rows: Sequence[Mapping[str, Any]], warnings: list[str]
+) -> None:
+    """Warnings for failed and missing runs, and for too few seeds."""
+    for row in run_rows:
+        if row["status"] == "failed":
+            first = (row.get("error") or "").splitlines()[:1]
+            warnings.append(
+                f"run {row['variant']}/seed_{row['seed']} failed and is excluded from the "
+                f"statistics ({first[0] if first else 'no error text'}); log: {row['log']}"
+            )
+        elif row["status"] == "missing":
+            warnings.append(
+                f"run {row['variant']}/seed_{row['seed']} has not finished (not run yet or "
+                "interrupted) and is excluded; rerun the same command to complete it"
+            )
+    if len(spec.seeds) < 2:
+        warnings.append(
+            f"only {len(spec.seeds)} seed per variant: figures are point estimates without "
+            "confidence intervals; use --seeds 5 or more for claims"
+        )
+    elif len(spec.seeds) < 5:
+        warnings.append(
+            f"only {len(spec.seeds)} seeds per variant: bootstrap CIs from so few runs are "
+            "too narrow (a percentile bootstrap cannot see beyond the observed runs); treat "
+            "the verdicts as indicative and use --seeds 5 or more for claims"
+        )
+
+
+def _reported_metrics(
+    spec: CompareSpec, loaded: Mapping[str, Sequence[stats.RunData]], warnings: list[str]
+) -> list[str]:
+    """The metrics some finished run reports. A metric no run reports belongs to other
+    environments (e.g. success_rate of an outside env): one note, no verdicts."""
+    all_runs = [r for v in spec.variants for r in loaded[v.name]]
+    unreported = [
+        m for m in METRICS if all_runs and all(_run_score(r, m) is None for r in all_runs)
+    ]
+    if unreported:
+        names = ", ".join(repr(METRICS[m][1]) for m in unreported)
+        warnings.append(f"no run reports {names} (the environment does not): left out")
+    return [m for m in METRICS if m not in unreported] + [
+        m for m in DESCRIPTIVE_METRICS if any(_run_score(r, m) is not None for r in all_runs)
+    ]
+
+
+def _variant_scores(
+    name: str, runs: Sequence[stats.RunData], reported: Sequence[str], warnings: list[str]
+) -> tuple[dict[str, list[float]], dict[str, dict[int, float]]]:
+    """Per metric: the runs' scores (runs without one left out, with a warning) and the same
+    keyed by seed (for tests paired by seed)."""
+    scores: dict[str, list[float]] = {}
+    by_seed: dict[str, dict[int, float]] = {}
+    for metric in reported:
+        values = [_run_score(r, metric) for r in runs]
+        present = [x for x in values if x is not None]
+        if len(present) < len(values):
+            warnings.append(
+                f"{name}: {len(values) - len(present)} finished run(s) lack "
+                f"{_ALL_METRICS[metric][1]!r}; left out of {metric}"
+            )
+        scores[metric] = present
+        by_seed[metric] = {
+            int(r.config["seed"]): x
+            for r, x in zip(runs, values, strict=True)
+            if x is not None and r.config and isinstance(r.config.get("seed"), int)
+        }
+    return scores, by_seed
+
+
+def _interval_entry(
+    name: str,
+    metric: str,
+    runs: Sequence[stats.RunData],
+    values: Sequence[float],
+    by_seed: Mapping[int, float],
+    reps: int,
+    seed: int,
+    confidence: float,
+) -> dict[str, Any]:
+    """IQM and mean with bootstrap CIs of one variant's scores on one metric, and their seeds."""
+    est = stats.interval_estimates(
+        values,
+        reps=reps,
+        seed=stats.derive_seed(seed, "interval", name, metric),
+        confidence=confidence,
+    )
+    if runs:
+        with_score = [_run_score(r, metric) is not None for r in runs]
+        est["seeds"] = [
+            int(r.config.get("seed")) if r.config and "seed" in r.config else None
+            for r, has in zip(runs, with_score, strict=True)
+            if has
+        ]
+    return est
+
+
+def _curves(
+    name: str, runs: Sequence[stats.RunData], reps: int, seed: int, confidence: float
+) -> dict[str, Any]:
+    """Learning curves (:data:`CURVE_KEYS`) on a common env-step grid, with bootstrap bands."""
+    curves: dict[str, Any] = {}
+    for key in CURVE_KEYS:
+        raw = [stats.learning_curve(r.records, key) for r in runs]
+        resampled = stats.resample_curves([c for c in raw if c[0].size], CURVE_POINTS)
+        if resampled is None:
+            continue
+        grid, values = resampled
+        band = stats.curve_bands(
+            values,
+            reps=max(1, min(reps, 1000)),
+            seed=stats.derive_seed(seed, "curve", name, key),
+            confidence=confidence,
+        )
+        curves[key] = {"env_steps": grid.tolist(), "n": int(values.shape[0]), **band}
+    return curves
+
+
+def _stability_and_advantages(
+    runs: Sequence[stats.RunData], entropy_threshold: float
+) -> dict[str, Any]:
+    """Stability figures (per run and aggregated) and the advantage statistics over training
+    per agent type (mean curves, before and after whitening)."""
+    per_run = [
+        stats.stability_figures(r.records, entropy_threshold=entropy_threshold) for r in runs
+    ]
+    types = sorted({t for r in runs for t in _agent_types(r.records)})
+    advantages: dict[str, Any] = {}
+    for group in ["all", *types]:
+        advantages[group] = {}
+        for prefix in ("adv_raw", "adv"):
+            base = prefix if group == "all" else f"{prefix}/{group}"
+            advantages[group][prefix] = {
+                stat: _mean_curves(runs, f"{base}/{stat}") for stat in ADV_STATS
+            }
+    return {
+        "stability": stats.aggregate_stability(per_run) if runs else None,
+        "stability_per_run": per_run,
+        "advantages": advantages,
+        "agent_types": types,
+    }
 
 
 def _primary_metric(spec: CompareSpec, reported: Sequence[str]) -> str:
@@ -525,89 +697,9 @@ def build_summary(
     if at_env_steps is not None and at_env_steps < 1:
         raise ValueError(f"at_env_steps must be a positive number of env steps, got {at_env_steps}")
     warnings: list[str] = []
-    variant_names = [v.name for v in spec.variants]
-    loaded: dict[str, list[stats.RunData]] = {name: [] for name in variant_names}
-    run_rows = []
-    for rec in records:
-        row = dict(rec)
-        row["run_dir"] = os.path.relpath(rec["run_dir"], spec.out)
-        if rec["status"] == "finished":
-            try:
-                run = stats.load_run(rec["run_dir"])
-            except ValueError as exc:
-                row.update(status="failed", error=f"unreadable results: {exc}")
-            else:
-                reason = None
-                if at_env_steps is not None:
-                    run, reason = stats.run_at_env_steps(run, at_env_steps)
-                if run is None:
-                    row.update(status="short", error=reason)
-                    warnings.append(
-                        f"run {rec['variant']}/seed_{rec['seed']} is excluded at "
-                        f"{at_env_steps} env steps: {reason}"
-                    )
-                    run_rows.append(row)
-                    continue
-                loaded[rec["variant"]].append(run)
-                row["eval"] = run.eval
-                steps = [r.get("env_steps") for r in run.records]
-                steps = [x for x in steps if isinstance(x, int | float)]
-                row["env_steps"] = max(steps) if steps else None
-                if at_env_steps is not None:
-                    row["eval_env_steps"] = run.eval["env_steps"]
-                    budget_bound = {
-                        k: (run.config or {}).get(k)
-                        for k, free in stats.BUDGET_FREE_SETTINGS.items()
-                        if (run.config or {}).get(k, free) != free
-                    }
-                    if budget_bound:
-                        warnings.append(
-                            f"run {rec['variant']}/seed_{rec['seed']} has a schedule over "
-                            f"training progress ({budget_bound}): its state at "
-                            f"{at_env_steps} env steps depends on its total budget"
-                        )
-                if run.bad_lines:
-                    warnings.append(
-                        f"{rec['variant']}/seed_{rec['seed']}: {run.bad_lines} unparsable "
-                        "metrics.jsonl line(s) skipped"
-                    )
-        run_rows.append(row)
-    for row in run_rows:
-        if row["status"] == "failed":
-            first = (row.get("error") or "").splitlines()[:1]
-            warnings.append(
-                f"run {row['variant']}/seed_{row['seed']} failed and is excluded from the "
-                f"statistics ({first[0] if first else 'no error text'}); log: {row['log']}"
-            )
-        elif row["status"] == "missing":
-            warnings.append(
-                f"run {row['variant']}/seed_{row['seed']} has not finished (not run yet or "
-                "interrupted) and is excluded; rerun the same command to complete it"
-            )
-    if len(spec.seeds) < 2:
-        warnings.append(
-            f"only {len(spec.seeds)} seed per variant: figures are point estimates without "
-            "confidence intervals; use --seeds 5 or more for claims"
-        )
-    elif len(spec.seeds) < 5:
-        warnings.append(
-            f"only {len(spec.seeds)} seeds per variant: bootstrap CIs from so few runs are "
-            "too narrow (a percentile bootstrap cannot see beyond the observed runs); treat "
-            "the verdicts as indicative and use --seeds 5 or more for claims"
-        )
-
-    # metrics that no finished run of any variant reports: the environment does not have them
-    # (e.g. success_rate of an outside env); one note, no per-variant warnings, no verdicts
-    all_runs = [r for v in spec.variants for r in loaded[v.name]]
-    unreported = [
-        m for m in METRICS if all_runs and all(_run_score(r, m) is None for r in all_runs)
-    ]
-    if unreported:
-        names = ", ".join(repr(METRICS[m][1]) for m in unreported)
-        warnings.append(f"no run reports {names} (the environment does not): left out")
-    reported = [m for m in METRICS if m not in unreported] + [
-        m for m in DESCRIPTIVE_METRICS if any(_run_score(r, m) is not None for r in all_runs)
-    ]
+    loaded, run_rows = _load_runs(spec, records, at_env_steps, warnings)
+    _warn_run_counts(spec, run_rows, warnings)
+    reported = _reported_metrics(spec, loaded, warnings)
     primary = _primary_metric(spec, reported)
     commits = _check_commits(spec, loaded, warnings)
     variants: dict[str, Any] = {}
@@ -615,85 +707,28 @@ def build_summary(
     by_seed: dict[str, dict[str, dict[int, float]]] = {}
     for v in spec.variants:
         runs = loaded[v.name]
-        per_metric: dict[str, Any] = {}
-        scores[v.name] = {}
-        by_seed[v.name] = {}
-        for metric in reported:
-            values = [_run_score(r, metric) for r in runs]
-            present = [x for x in values if x is not None]
-            if len(present) < len(values):
-                warnings.append(
-                    f"{v.name}: {len(values) - len(present)} finished run(s) lack "
-                    f"{_ALL_METRICS[metric][1]!r}; left out of {metric}"
-                )
-            scores[v.name][metric] = present
-            by_seed[v.name][metric] = {
-                int(r.config["seed"]): x
-                for r, x in zip(runs, values, strict=True)
-                if x is not None and r.config and isinstance(r.config.get("seed"), int)
-            }
-            est = stats.interval_estimates(
-                present,
-                reps=reps,
-                seed=stats.derive_seed(seed, "interval", v.name, metric),
-                confidence=confidence,
-            )
-            if runs:
-                est["seeds"] = [
-                    int(r.config.get("seed")) if r.config and "seed" in r.config else None
-                    for r, x in zip(runs, values, strict=True)
-                    if x is not None
-                ]
-            per_metric[metric] = est
+        scores[v.name], by_seed[v.name] = _variant_scores(v.name, runs, reported, warnings)
         if len(runs) == 1 and len(spec.seeds) >= 2:
             warnings.append(f"{v.name}: only 1 finished run: its figures have no CI")
-        curves: dict[str, Any] = {}
-        for key in CURVE_KEYS:
-            raw = [stats.learning_curve(r.records, key) for r in runs]
-            resampled = stats.resample_curves([c for c in raw if c[0].size], CURVE_POINTS)
-            if resampled is None:
-                continue
-            grid, values_arr = resampled
-            band = stats.curve_bands(
-                values_arr,
-                reps=max(1, min(reps, 1000)),
-                seed=stats.derive_seed(seed, "curve", v.name, key),
-                confidence=confidence,
-            )
-            curves[key] = {"env_steps": grid.tolist(), "n": int(values_arr.shape[0]), **band}
-        per_run_stability = [
-            stats.stability_figures(r.records, entropy_threshold=entropy_threshold) for r in runs
-        ]
-        types = sorted({t for r in runs for t in _agent_types(r.records)})
-        advantages: dict[str, Any] = {}
-        for group in ["all", *types]:
-            advantages[group] = {}
-            for prefix in ("adv_raw", "adv"):
-                base = prefix if group == "all" else f"{prefix}/{group}"
-                advantages[group][prefix] = {
-                    stat: _mean_curves(runs, f"{base}/{stat}") for stat in ADV_STATS
-                }
+        statuses = [r["status"] for r in run_rows if r["variant"] == v.name]
         variants[v.name] = {
             "args": v.args,
             "work": _work(runs),
-            "n_runs": sum(1 for r in run_rows if r["variant"] == v.name),
+            "n_runs": len(statuses),
             "n_finished": len(runs),
-            "n_failed": sum(
-                1 for r in run_rows if r["variant"] == v.name and r["status"] == "failed"
-            ),
-            "n_missing": sum(
-                1 for r in run_rows if r["variant"] == v.name and r["status"] == "missing"
-            ),
-            "n_short": sum(
-                1 for r in run_rows if r["variant"] == v.name and r["status"] == "short"
-            ),
-            "metrics": per_metric,
-            "curves": curves,
-            "stability": stats.aggregate_stability(per_run_stability) if runs else None,
-            "stability_per_run": per_run_stability,
-            "advantages": advantages,
-            "agent_types": types,
-        }
+            "n_failed": statuses.count("failed"),
+            "n_missing": statuses.count("missing"),
+            "n_short": statuses.count("short"),
+            "metrics": {
+                metric: _interval_entry(
+                    v.name, metric, runs, scores[v.name][metric], by_seed[v.name][metric],
+                    reps, seed, confidence,
+                )
+                for metric in reported
+            },
+            "curves": _curves(v.name, runs, reps, seed, confidence),
+            **_stability_and_advantages(runs, entropy_threshold),
+        }  # fmt: skip
 
     ref = spec.reference
     compared = _Compared(scores, by_seed, reps, seed, confidence)
@@ -849,9 +884,8 @@ def _primary_section(s: Mapping[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def write_report(summary: Mapping[str, Any], out: str) -> str:
-    """Write ``out/report.md`` from a summary; returns its path."""
-    s = summary
+def _header_section(s: Mapping[str, Any]) -> list[str]:
+    """The title, the design in one paragraph, the statistics and the rule."""
     conf = f"{100 * s['bootstrap']['confidence']:g}%"
     lines: list[str] = [f"# {s['title']}", ""]
     budget = s["budget"]
@@ -888,11 +922,22 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
             "stopped before that count are excluded (status `short`).",
             "",
         ]
+    return lines
+
+
+def _warnings_section(s: Mapping[str, Any]) -> list[str]:
+    """The warnings, if any."""
+    lines: list[str] = []
     if s["warnings"]:
         lines += ["## Warnings", ""]
         lines += [f"- {w}" for w in s["warnings"]]
         lines.append("")
-    lines += _primary_section(s)
+    return lines
+
+
+def _exploratory_section(s: Mapping[str, Any]) -> list[str]:
+    """The secondary metrics' comparisons: figures without verdicts."""
+    lines: list[str] = []
     exploratory = [v for v in s["verdicts"] if v.startswith("exploratory")]
     if exploratory:
         lines += [
@@ -904,8 +949,14 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
         ]
         lines += [f"- {v.removeprefix('exploratory: ')}" for v in exploratory]
         lines.append("")
-    lines += _seed_claim_section(s)
+    return lines
 
+
+def _variants_section(s: Mapping[str, Any]) -> list[str]:
+    """Each variant's options, run counts, env steps and throughput."""
+    lines: list[str] = []
+    at_steps = s.get("at_env_steps")
+    budget = s["budget"]
     steps_column = "env steps reached" if at_steps is None else "evaluated at (env steps)"
     lines += [
         "## Variants",
@@ -952,7 +1003,14 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
     if s.get("common"):
         lines += ["", f"Options common to all variants: `{' '.join(s['common'])}`."]
     lines.append("")
+    return lines
 
+
+def _results_section(s: Mapping[str, Any]) -> list[str]:
+    """One table per metric: IQM and mean with CIs, per seed, P(improvement)."""
+    lines: list[str] = []
+    conf = f"{100 * s['bootstrap']['confidence']:g}%"
+    at_steps = s.get("at_env_steps")
     lines += ["## Results", ""]
     for metric, meta in s["metrics"].items():
         if meta["source"] != "eval":
@@ -988,7 +1046,12 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
                 f"{_fmt_ci(m['mean'], m['mean_ci'])} | {per_seed} | {poi_text} | {diff_text} |"
             )
         lines.append("")
+    return lines
 
+
+def _stability_section(s: Mapping[str, Any]) -> list[str]:
+    """Entropy collapse, advantage clipping and advantage statistics."""
+    lines: list[str] = []
     lines += [
         "## Stability",
         "",
@@ -1020,7 +1083,12 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
             f"{_phase(adv['adv']['pos_frac'])} | {_fmt(adv['adv']['neg_mean']['mean'], 2)} |"
         )
     lines.append("")
+    return lines
 
+
+def _failed_section(s: Mapping[str, Any]) -> list[str]:
+    """The failed runs with the tails of their logs."""
+    lines: list[str] = []
     failed = [r for r in s["runs"] if r["status"] == "failed"]
     if failed:
         lines += ["## Failed runs (excluded from the statistics)", ""]
@@ -1035,13 +1103,23 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
                 "```",
                 "",
             ]
+    return lines
 
+
+def _plots_section(s: Mapping[str, Any]) -> list[str]:
+    """The plots."""
+    lines: list[str] = []
     plots = s.get("plots") or []
     if plots:
         lines += ["## Plots", ""]
         for rel in plots:
             lines += [f"![{os.path.basename(rel)}]({rel})", ""]
+    return lines
 
+
+def _runs_section(s: Mapping[str, Any]) -> list[str]:
+    """Every run's figures (collapsed)."""
+    lines: list[str] = []
     lines += [
         "<details><summary>Every run</summary>",
         "",
@@ -1063,12 +1141,22 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
             f"{r.get('attempts', 0)} |"
         )
     lines += ["", "</details>", ""]
+    return lines
 
+
+def _commands_section(s: Mapping[str, Any]) -> list[str]:
+    """The compare command and every train command."""
+    lines: list[str] = []
     lines += ["## Commands", "", "```", s["commands"]["compare"] or "(API call)", "```", ""]
     lines += ["<details><summary>Train command of every run</summary>", "", "```"]
     lines += [f"{key}: {cmd}" for key, cmd in s["commands"]["train"].items()]
     lines += ["```", "", "</details>", ""]
+    return lines
 
+
+def _environment_section(s: Mapping[str, Any]) -> list[str]:
+    """Python, platform, packages and the runs' commits."""
+    lines: list[str] = []
     env = s["environment"]
     lines += [
         "## Environment",
@@ -1083,9 +1171,29 @@ def write_report(summary: Mapping[str, Any], out: str) -> str:
     if s.get("wall_s") is not None:
         lines.append(f"- compare wall time (this invocation): {s['wall_s']:.0f} s")
     lines.append("")
+    return lines
+
+
+def write_report(summary: Mapping[str, Any], out: str) -> str:
+    """Write ``out/report.md`` from a summary, section by section; returns its path."""
+    sections = (
+        _header_section,
+        _warnings_section,
+        _primary_section,
+        _exploratory_section,
+        _seed_claim_section,
+        _variants_section,
+        _results_section,
+        _stability_section,
+        _failed_section,
+        _plots_section,
+        _runs_section,
+        _commands_section,
+        _environment_section,
+    )
+    lines = [line for section in sections for line in section(summary)]
     path = os.path.join(out, "report.md")
-    with open(path, "w") as fh:
-        fh.write("\n".join(lines))
+    atomic_write_text(path, "\n".join(lines))
     return path
 
 
@@ -1286,11 +1394,7 @@ def write_all(summary: dict[str, Any], out: str, *, plots: bool = True) -> dict[
     """Write plots (unless ``plots=False``), ``summary.json`` and ``report.md`` into ``out``."""
     os.makedirs(out, exist_ok=True)
     summary["plots"] = make_plots(summary, out) if plots else []
-    path = os.path.join(out, "summary.json")
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(_jsonable(summary), fh, indent=1, allow_nan=False)
-        fh.write("\n")
-    os.replace(tmp, path)
+    text = json.dumps(_jsonable(summary), indent=1, allow_nan=False) + "\n"
+    atomic_write_text(os.path.join(out, "summary.json"), text)
     write_report(summary, out)
     return summary

@@ -27,12 +27,13 @@ import os
 import random
 import re
 import shutil
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
+
+from marl.run.rundir import RunDirBusyError, lock_run_dir, wait_for_run_dir
 
 __all__ = [
     "DEFAULT_KEEP",
@@ -60,10 +61,6 @@ REQUIRED_KEYS = ("algo", "update", "env_steps", "elapsed", "rng")
 
 class CheckpointError(RuntimeError):
     """No usable checkpoint: every candidate failed to load (each is named in the message)."""
-
-
-class RunDirBusyError(RuntimeError):
-    """Another process holds the run directory's lock (it is training there)."""
 
 
 def latest_path(run_dir: str) -> str:
@@ -235,62 +232,6 @@ def load_newest_checkpoint(
 # ------------------------------------------------------------------------------------------
 # the run directory's lock
 # ------------------------------------------------------------------------------------------
-def _lock_path(run_dir: str) -> str:
-    return os.path.join(run_dir, ".lock")
-
-
-@contextlib.contextmanager
-def lock_run_dir(run_dir: str) -> Iterator[None]:
-    """Hold ``RUN_DIR/.lock`` (exclusive ``flock``) for the duration; raises
-    :class:`RunDirBusyError` naming the holder's pid when another process holds it. A no-op
-    where ``fcntl`` is missing (Windows)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield
-        return
-    fh = open(_lock_path(run_dir), "a+")  # noqa: SIM115 - held for the duration
-    try:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.seek(0)
-            holder = fh.read().strip() or "unknown"
-            raise RunDirBusyError(
-                f"run directory {run_dir!r} is in use by another process (pid {holder}); wait "
-                "for it to end or use another --run-dir"
-            ) from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"{os.getpid()}\n")
-        fh.flush()
-        yield
-    finally:
-        fh.close()  # releases the lock
-
-
-def wait_for_run_dir(run_dir: str, poll_s: float = 0.2, on_wait: Callable[[], None] | None = None):
-    """Block until no process holds ``RUN_DIR/.lock`` (returns at once when none does);
-    ``on_wait`` is called once if it has to wait."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        return
-    path = _lock_path(run_dir)
-    waited = False
-    while os.path.isfile(path):
-        with open(path) as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                pass
-        if not waited and on_wait is not None:
-            on_wait()
-        waited = True
-        time.sleep(poll_s)
-
-
 def rng_state() -> dict[str, Any]:
     """The global RNG states of torch (CPU and CUDA), numpy and Python's ``random``."""
     state = {

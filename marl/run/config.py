@@ -32,6 +32,8 @@ import yaml
 
 from marl.algos import ALGORITHMS, BaseConfig, GRPOConfig, MAPPOConfig
 from marl.algos.base import DEMO_MAX_TIME, ConfigError, whitener_from_config
+from marl.run.cli import StrictArgumentParser, closest_flag, option_strings
+from marl.run.runlog import add_wandb_arguments
 
 __all__ = [
     "ConfigError",
@@ -330,7 +332,9 @@ def validate_config(cfg: BaseConfig, explicit: frozenset[str] | set[str] | None 
 # ------------------------------------------------------------------------------------------
 # CLI
 # ------------------------------------------------------------------------------------------
-class _Parser(argparse.ArgumentParser):
+class _Parser(StrictArgumentParser):
+    """Flags spelled in full (``allow_abbrev=False``); errors raise :class:`ConfigError`."""
+
     def error(self, message: str):  # type: ignore[override]
         raise ConfigError(message)
 
@@ -353,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     one argument group for the shared fields and one per algorithm."""
     p = _Parser(
         prog="python -m marl.train",
+        allow_abbrev=False,
         description="Train cooperating agents (MAPPO/GRPO) on a vector env. Every config field "
         "is a flag; YAML --config sets any of them (env kwargs under 'env:'); environment "
         "kwargs on the command line as --env.KEY VALUE (e.g. --env.grid_size 8). Options of "
@@ -412,14 +417,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _parse_env_overrides(extra: list[str]) -> dict[str, Any]:
+def _train_flags(parser: argparse.ArgumentParser) -> list[str]:
+    """Every flag of ``python -m marl.train``: the config parser's and the ``--wandb*`` ones
+    (which :func:`marl.run.train.main` takes off the command line before :func:`parse_cli`)."""
+    wandb = argparse.ArgumentParser(add_help=False)
+    add_wandb_arguments(wandb)
+    return option_strings(parser) + option_strings(wandb)
+
+
+def _parse_env_overrides(extra: list[str], flags: list[str]) -> dict[str, Any]:
+    """``--env.KEY VALUE`` / ``--env.KEY=VALUE`` pairs (values parsed as YAML) from the
+    arguments the parser did not take; anything else is an error, naming the closest of
+    ``flags`` to a misspelt one."""
     out: dict[str, Any] = {}
     i = 0
     while i < len(extra):
         tok = extra[i]
         if not tok.startswith("--env."):
+            match = closest_flag(tok, flags)
+            hint = f"; did you mean {match}?" if match else ""
             raise ConfigError(
-                f"unrecognized option {tok!r}; see --help for the fields (env kwargs: --env.KEY V)"
+                f"unrecognized option {tok!r}{hint} (see --help for the fields; env kwargs: "
+                "--env.KEY VALUE)"
             )
         key = tok[len("--env.") :]
         if "=" in key:
@@ -483,7 +502,7 @@ def parse_cli(argv: list[str] | None = None) -> BaseConfig:
         if raw is not None:
             explicit[name] = _coerce(name, raw)
             on_command_line.add(name)
-    env_over = _parse_env_overrides(extra)
+    env_over = _parse_env_overrides(extra, _train_flags(parser))
     env_given = bool(env_over) or "env" in explicit
     if ns.resume is not None:
         _check_resume_changes(ns.resume, base, explicit, env_over)

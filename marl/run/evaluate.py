@@ -15,9 +15,14 @@ seed) so that it never disturbs the training RNG streams; ``deterministic=True``
 most likely action instead.
 
 ``python -m marl.evaluate RUN_DIR [--episodes N | --seeds 100-131] [--checkpoint FILE]
-[--device cpu|cuda|auto] [--gif PATH] [--deterministic]`` evaluates a run's policy with
-:func:`evaluate_policy` (the run's ``eval_repeats``) and rewrites ``RUN_DIR/eval.json``; it
-never writes ``RUN_DIR/finished.json``, the marker of a run that trained to its end.
+[--device cpu|cuda|auto] [--gif PATH] [--deterministic] [--out PATH] [--update-run]``
+evaluates a run's policy with :func:`evaluate_policy` (the run's ``eval_repeats``) and writes
+the figures, with the checkpoint evaluated (``checkpoint``: its path relative to RUN_DIR,
+``update``, ``env_steps``) and the episodes (``seeds``, ``n_episodes``, ``repeats``), to a new
+file ``RUN_DIR/eval_<checkpoint stem>_<YYYYmmdd-HHMMSS>.json`` (or ``--out PATH``). It leaves
+``RUN_DIR/eval.json``, the run's own final evaluation that ``marl.compare`` aggregates,
+unchanged unless ``--update-run`` (then it is replaced by the same record), and never writes
+``RUN_DIR/finished.json``, the marker of a run that trained to its end.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import math
 import os
 import re
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +49,7 @@ from marl.run.checkpoint import (
     load_checkpoint,
     load_newest_checkpoint,
 )
+from marl.run.cli import StrictArgumentParser
 from marl.run.config import MAX_SEED, ConfigError, config_from_dict, load_run_config
 from marl.run.plots import write_gif
 
@@ -239,14 +246,18 @@ def _resolve_checkpoint(run_dir: str, name: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m marl.evaluate`` argument parser."""
-    p = argparse.ArgumentParser(
+    p = StrictArgumentParser(
         prog="python -m marl.evaluate",
+        allow_abbrev=False,
         description="Evaluate a run's policy (its newest checkpoint that loads, or "
         "--checkpoint FILE) with the trainer's evaluation (the run's eval_repeats episodes per "
-        "seed), print the figures and rewrite RUN_DIR/eval.json. A checkpoint that fails to "
-        "load is reported and the next older one is used. Writing eval.json does not mark the "
-        "run as finished (RUN_DIR/finished.json, written by marl.train, does). Exit status: "
-        "0 done, 2 bad input (an 'error:' line).",
+        "seed), print the figures and write them, with the checkpoint evaluated and the seeds, "
+        "to a new file RUN_DIR/eval_<checkpoint stem>_<YYYYmmdd-HHMMSS>.json (or --out PATH); "
+        "the path written is printed. RUN_DIR/eval.json, the run's own final evaluation that "
+        "marl.compare aggregates, is left unchanged unless --update-run. A checkpoint that "
+        "fails to load is reported and the next older one is used. Nothing here marks the run "
+        "as finished (RUN_DIR/finished.json, written by marl.train, does). Exit status: 0 "
+        "done, 2 bad input (an 'error:' line).",
     )
     p.add_argument("run_dir", metavar="RUN_DIR")
     which = p.add_mutually_exclusive_group()
@@ -284,7 +295,40 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write a GIF of one episode (the first seed) to PATH",
     )
     p.add_argument("--deterministic", action="store_true", help="greedy actions")
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="PATH",
+        help="write the results to PATH (replaced if it exists) [default: a new file "
+        "RUN_DIR/eval_<checkpoint stem>_<YYYYmmdd-HHMMSS>.json]",
+    )
+    p.add_argument(
+        "--update-run",
+        action="store_true",
+        help="also replace RUN_DIR/eval.json (the run's final evaluation, which marl.compare "
+        "aggregates) with these results",
+    )
     return p
+
+
+def default_output_path(run_dir: str, checkpoint: str) -> str:
+    """``RUN_DIR/eval_<checkpoint stem>_<YYYYmmdd-HHMMSS>.json`` (local time), a file that
+    does not exist yet (``_2``, ``_3``, ... added when one evaluation follows another within
+    the second)."""
+    stem = os.path.splitext(os.path.basename(checkpoint))[0]
+    base = os.path.join(run_dir, f"eval_{stem}_{time.strftime('%Y%m%d-%H%M%S')}")
+    path, k = base + ".json", 1
+    while os.path.exists(path):
+        k += 1
+        path = f"{base}_{k}.json"
+    return path
+
+
+def _write_json(path: str, obj: Any) -> None:
+    """Write ``obj`` to ``path`` atomically (a temporary file, then a rename)."""
+    with open(path + ".tmp", "w") as fh:
+        json.dump(obj, fh, indent=2)
+    os.replace(path + ".tmp", path)
 
 
 def _error(message: str) -> int:
@@ -333,16 +377,25 @@ def main(argv: list[str] | None = None) -> int:
     result = evaluate_policy(
         policy, cfg.env_fn, cfg.env, seeds, deterministic=deterministic, repeats=cfg.eval_repeats
     )
-    table = format_table({cfg.algo: result})
-    path = os.path.join(args.run_dir, "eval.json")
-    try:
-        with open(path + ".tmp", "w") as fh:
-            json.dump(result, fh, indent=2)
-        os.replace(path + ".tmp", path)
-    except OSError as exc:
-        print(table)
-        return _error(f"cannot write {path!r}: {exc.strerror or exc}")
-    print(table)
+    # what was evaluated, beside the figures (seeds and n_episodes come with them)
+    record = {
+        **result,
+        "checkpoint": os.path.relpath(ckpt["path"], args.run_dir),
+        "update": ckpt.get("update"),
+        "env_steps": ckpt.get("env_steps"),
+        "repeats": cfg.eval_repeats,
+    }
+    print(format_table({cfg.algo: result}))
+    paths = [args.out or default_output_path(args.run_dir, ckpt["path"])]
+    if args.update_run:
+        paths.append(os.path.join(args.run_dir, "eval.json"))
+    for path in paths:
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            _write_json(path, record)
+        except OSError as exc:
+            return _error(f"cannot write {path!r}: {exc.strerror or exc}")
+        print(f"[marl.evaluate] wrote {path}")
     if args.gif is not None:
         frames = record_episode(
             policy, cfg.env_fn, cfg.env, seeds[0], deterministic=deterministic, device=device

@@ -24,8 +24,8 @@ file-system faults are ``error:`` lines (rc 2) naming the path and the cause.
 
 A run that trains to its end writes ``RUN_DIR/finished.json`` (:data:`FINISHED_MARKER`) last,
 after eval.json, plots and GIF; starting or resuming a run removes it first. It is what
-``marl.compare`` takes as "finished" (``python -m marl.evaluate`` rewrites eval.json but never
-writes the marker).
+``marl.compare`` takes as "finished" (``python -m marl.evaluate`` writes its own file and never
+the marker; with ``--update-run`` it also rewrites eval.json).
 
 ``--wandb`` (and ``--wandb-project``, ``--wandb-entity``, ``--wandb-run-name``,
 ``--wandb-mode``): train flags outside the config, like ``--keep-checkpoints``; they add W&B
@@ -82,6 +82,7 @@ from marl.run.config import (
 from marl.run.evaluate import evaluate_policy, format_table, record_episode
 from marl.run.plots import plot_advantage_histograms, plot_learning_curves, write_gif
 from marl.run.provenance import provenance
+from marl.run.rundir import FINISHED_MARKER
 from marl.run.runlog import (
     RunLogger,
     WandbError,
@@ -156,6 +157,51 @@ class _Budget:
         if self.max_time is not None:
             return self.max_time, "s"
         return float(self.max_cpu_time), "cpu s"  # type: ignore[arg-type]
+
+
+class _ProgressLines:
+    """The progress bar where stderr is not a terminal (a log file, a pipe, a scheduler's
+    output): one plain line every :attr:`interval` seconds instead of tqdm's carriage-return
+    frames, e.g. ``[marl.train] mappo 33.3% of budget (64/192 step, 00:30 elapsed):
+    update=1 env_steps=64 agent_sps=2133 eval_success=0.50``. It takes the calls the training
+    loop makes on a tqdm bar (``n``, ``total``, ``set_postfix``, ``refresh``, ``close``)."""
+
+    interval: float = 30.0
+    #: the bar's postfix names -> the names in the line (those of metrics.jsonl)
+    _NAMES = {
+        "upd": "update",
+        "steps": "env_steps",
+        "sps": "agent_sps",
+        "succ": "episode_success",
+        "ret": "episode_return",
+        "eval": "eval_success",
+    }
+
+    def __init__(self, total: float, initial: int, desc: str, unit: str) -> None:
+        self.total, self.n, self.desc, self.unit = total, initial, desc, unit
+        self.postfix: dict[str, Any] = {}
+        self.start = self.last = time.perf_counter()
+
+    def set_postfix(self, postfix: dict[str, Any], refresh: bool = False) -> None:  # noqa: ARG002
+        self.postfix = dict(postfix)
+
+    def refresh(self) -> None:
+        """Write a line if :attr:`interval` seconds have passed since the last one."""
+        now = time.perf_counter()
+        if now - self.last < self.interval:
+            return
+        self.last = now
+        fields = " ".join(f"{self._NAMES.get(k, k)}={v}" for k, v in self.postfix.items())
+        print(
+            f"[marl.train] {self.desc} {self.n / self.total:.1%} of budget ({self.n}/"
+            f"{self.total:.0f} {self.unit}, {tqdm.format_interval(now - self.start)} elapsed): "
+            f"{fields}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def close(self) -> None:
+        pass
 
 
 def _seed_everything(seed: int) -> None:
@@ -265,10 +311,6 @@ def _finish(algo, cfg: BaseConfig, run_dir: str, rows: list[dict] | None) -> dic
     print(format_table(table))
     return result
 
-
-#: Written last by a run that trained to its end (update, env_steps, time_s, checkpoint):
-#: ``marl.compare`` takes a run directory holding it as finished.
-FINISHED_MARKER = "finished.json"
 
 #: The files and folders a run writes in its directory: a directory holding any of them is a
 #: run (and is refused as the --run-dir of a new run without --overwrite).
@@ -613,7 +655,11 @@ def _train_loop(
     def bar_position(steps: int, elapsed: float, cpu: float) -> int:
         return steps if bar_in_steps else int(elapsed if bar_unit == "s" else cpu)
 
-    if is_main and cfg.progress:
+    if is_main and cfg.progress and not sys.stderr.isatty():
+        bar = _ProgressLines(
+            bar_total, bar_position(env_steps, elapsed_before, cpu_before), cfg.algo, bar_unit
+        )
+    elif is_main and cfg.progress:
         bar = tqdm(
             total=bar_total if bar_in_steps else math.ceil(bar_total),
             initial=bar_position(env_steps, elapsed_before, cpu_before),
