@@ -1,4 +1,5 @@
-"""Old import path, kept for existing code: the same module as :mod:`marl.core.advantages`."""
+"""``marl.advantages``: the public import path of :mod:`marl.core.advantages` (a project contract:
+checks outside the package import ``marl.advantages``); the same module object."""
 
 import sys
 

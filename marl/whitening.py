@@ -1,4 +1,5 @@
-"""Old import path, kept for existing code: the same module as :mod:`marl.core.whitening`."""
+"""``marl.whitening``: the public import path of :mod:`marl.core.whitening` (a project contract:
+checks outside the package import ``marl.whitening``); the same module object."""
 
 import sys
 
