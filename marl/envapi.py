@@ -39,7 +39,7 @@ from marl.adapters import (
     inspect_env,
     resolve_env_fn,
 )
-from marl.adapters_workers import WorkerBatch
+from marl.adapters.workers import WorkerBatch
 
 __all__ = [
     "VectorEnv",

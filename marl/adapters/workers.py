@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from marl.adapters import BatchStep, CopyBatch, CopyFactory, EnvSpec
+from marl.adapters.batching import BatchStep, CopyBatch
+from marl.adapters.inspection import CopyFactory, EnvSpec
 
 __all__ = ["WorkerBatch", "WorkerError", "ORPHAN_CHECK_S"]
 
