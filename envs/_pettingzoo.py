@@ -3,8 +3,8 @@ core, the vector env on all its rows, the action checks and the module construct
 
 ``envs.multisearch_v0`` and ``envs.websearch_v0`` (whose v1 and v2 subclass it) build their
 env classes on these; each module keeps its config, spaces, rendering, messages and
-documentation. The dynamics live in the cores (:class:`envs._core.MultiSearchCore`,
-:class:`envs._websearch_core.WebSearchCore`); the faces use only the operations of
+documentation. The dynamics live in the cores (:class:`envs._multisearch_core.MultiSearchCore`,
+:class:`envs.websearch.WebSearchCore`); the faces use only the operations of
 :class:`Core`. Agents come in two types, the first type's agents first (agent type = the name
 before the last ``_``); the observation buffers follow that split.
 """
@@ -20,7 +20,7 @@ from pettingzoo import ParallelEnv
 from pettingzoo.utils.conversions import parallel_to_aec_wrapper
 from pettingzoo.utils.wrappers import OrderEnforcingWrapper
 
-from envs._core import ArgumentTypeError
+from envs.errors import ArgumentTypeError
 
 Obs = dict[str, dict[str, np.ndarray]]
 

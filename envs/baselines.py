@@ -7,7 +7,7 @@
   explored cells, obstacles seen, reported targets (unexplored cells are assumed free and
   obstacles next to an agent are sensed); it never reads hidden targets.
 * :class:`RandomPolicy` -- uniform over each agent's legal (unmasked) actions.
-* :func:`evaluate_policy` -- one episode per seed in a ``vector_env`` (``autoreset=False``),
+* :func:`evaluate_baseline` -- one episode per seed in a ``vector_env`` (``autoreset=False``),
   reading the metrics the env reports in ``infos`` at each episode's end.
 
 Both policies work with ``vector_env`` (arrays ``[num_envs]``) and ``parallel_env`` (ints);
@@ -23,10 +23,10 @@ import numpy as np
 from numba import njit
 
 from envs._baselines import Policy, RandomPolicy, run_episodes, to_env_format
-from envs._core import MultiSearchCore
+from envs._multisearch_core import MultiSearchCore
 from envs.multisearch_v0 import MultiSearchParallelEnv, MultiSearchVectorEnv, vector_env
 
-__all__ = ["HeuristicPolicy", "RandomPolicy", "evaluate_policy"]
+__all__ = ["HeuristicPolicy", "RandomPolicy", "evaluate_baseline", "evaluate_policy"]
 
 
 def _core_of(env: Any) -> MultiSearchCore:
@@ -179,7 +179,7 @@ class HeuristicPolicy:
         return to_env_format(env, actions)
 
 
-def evaluate_policy(
+def evaluate_baseline(
     policy: str | Policy,
     seeds: Sequence[int] = tuple(range(64)),
     *,
@@ -216,3 +216,8 @@ def evaluate_policy(
         "return": float(returns.mean()),
         "n_episodes": float(len(seeds)),
     }
+
+
+#: the former name, kept for callers outside envs/ (marl.experiments.tasks, benchmarks,
+#: tests/test_train.py); new code calls :func:`evaluate_baseline`
+evaluate_policy = evaluate_baseline

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from envs._core import PRESETS
-from envs.baselines import HeuristicPolicy, evaluate_policy
+from envs._multisearch_core import PRESETS
+from envs.baselines import HeuristicPolicy, evaluate_baseline
 from envs.multisearch_v0 import parallel_env
 
 __all__ = ["format_table", "main", "record_episode"]
@@ -27,7 +27,7 @@ COLUMNS = ("success_rate", "solved_rate", "coverage", "revisit_rate", "steps")
 
 
 def format_table(rows: Sequence[tuple[str, str, dict[str, float]]]) -> str:
-    """Rows of (preset, policy, evaluate_policy result) as an aligned text table."""
+    """Rows of (preset, policy, evaluate_baseline result) as an aligned text table."""
     header = f"{'preset':<10}{'policy':<11}" + "".join(f"{c:>14}" for c in COLUMNS)
     lines = [header, "-" * len(header)]
     for preset, policy, result in rows:
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for preset in presets:
         for policy in ("heuristic", "random"):
             try:
-                result = evaluate_policy(
+                result = evaluate_baseline(
                     policy, seeds=range(args.episodes), preset=preset, **overrides
                 )
             except (TypeError, ValueError) as exc:

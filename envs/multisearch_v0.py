@@ -117,8 +117,8 @@ attribute, read at every step). All agents end together. ``reset(seed=s)`` makes
 reproducible; ``reset(seed=None)`` continues the env's random stream; ``options`` are ignored.
 Before the first reset, ``state()`` and ``render()`` show an empty world.
 
-Baselines: ``envs.baselines`` (scripted heuristic, random masked policy, ``evaluate_policy``);
-``python -m envs.demo`` prints their table and writes an episode GIF.
+Baselines: ``envs.baselines`` (scripted heuristic, random masked policy,
+``evaluate_baseline``); ``python -m envs.demo`` prints their table and writes an episode GIF.
 
 Arguments
 ---------
@@ -231,11 +231,10 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from envs._core import (
+from envs._multisearch_core import (
     N_ACTIONS_RESCUER,
     N_ACTIONS_SCOUT,
     PRESETS,
-    ArgumentTypeError,
     MultiSearchConfig,
     MultiSearchCore,
     make_config,
@@ -247,6 +246,7 @@ from envs._pettingzoo import (
     constructors,
     two_type_spaces,
 )
+from envs.errors import ArgumentTypeError
 from envs.render import HumanRenderer, render_ansi, render_rgb
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""Rendering of one env of a :class:`envs._core.MultiSearchCore` (numpy only; pygame optional).
+"""Rendering of one env of a :class:`envs._multisearch_core.MultiSearchCore` (numpy only;
+pygame optional).
 
 * :func:`render_rgb` -- ``uint8 [G*cell_px, G*cell_px, 3]`` image;
 * :func:`render_ansi` -- text frame;
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from envs._core import MultiSearchCore
+from envs._multisearch_core import MultiSearchCore
 
 __all__ = ["HumanRenderer", "render_ansi", "render_rgb"]
 

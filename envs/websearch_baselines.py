@@ -17,8 +17,8 @@ evaluation on fixed seeds (the policies read the core's arrays, which every vers
 * :class:`OraclePolicy` -- perfect knowledge (the target and the task's solution query, see
   "Tasks" in the env's doc): drafts and issues the solution, pages to the target, opens it and
   marks it. Succeeds in every episode: the headroom check.
-* :func:`evaluate_policy` -- one episode per seed in a ``vector_env`` (``autoreset=False``),
-  reading the metrics the env reports in ``infos`` at each episode's end.
+* :func:`evaluate_websearch_baseline` -- one episode per seed in a ``vector_env``
+  (``autoreset=False``), reading the metrics the env reports in ``infos`` at each episode's end.
 
 All work with ``vector_env`` (arrays ``[num_envs]``) and ``parallel_env`` (ints); call them as
 ``actions = policy(obs, env)``.
@@ -33,12 +33,13 @@ import numpy as np
 
 from envs import websearch_v0, websearch_v1, websearch_v2
 from envs._baselines import Policy, RandomPolicy, run_episodes, to_env_format
-from envs._websearch_core import (
+from envs.websearch import (
     B_MARK,
     B_NEXT,
     B_OPEN0,
     B_PREV,
     B_STAY,
+    METRIC_NAMES,
     PAGE_SIZE,
     Q_CLEAR,
     Q_ISSUE,
@@ -48,7 +49,7 @@ from envs._websearch_core import (
 )
 from envs.websearch_v0 import WebSearchParallelEnv, WebSearchVectorEnv
 
-__all__ = ["HeuristicPolicy", "OraclePolicy", "RandomPolicy", "evaluate_policy"]
+__all__ = ["HeuristicPolicy", "OraclePolicy", "RandomPolicy", "evaluate_websearch_baseline"]
 
 FULL = 1.0 - 1e-9  # a "full" title match / coverage
 
@@ -222,19 +223,7 @@ class OraclePolicy:
         return to_env_format(env, actions)
 
 
-_EPISODE_KEYS = (
-    "success",
-    "solved",
-    "steps_to_success",
-    "queries_issued",
-    "query_diversity",
-    "query_jaccard_diversity",
-    "pages_opened",
-    "episode_length",
-)
-
-
-def evaluate_policy(
+def evaluate_websearch_baseline(
     policy: str | Policy,
     seeds: Sequence[int] = tuple(range(64)),
     *,
@@ -246,7 +235,7 @@ def evaluate_policy(
     and average the metrics the env reports at each episode's end.
 
     ``policy``: "heuristic", "random", "oracle" or a callable ``policy(obs, vec_env) ->
-    actions``. Returns, as ``envs.baselines.evaluate_policy``, ``success_rate`` (mean of
+    actions``. Returns, as ``envs.baselines.evaluate_baseline``, ``success_rate`` (mean of
     ``success``), ``solved_rate``, ``steps`` (mean episode length), ``return`` (mean per-agent
     return), ``n_episodes``, and this env's ``steps_to_success``, ``queries_issued``,
     ``query_diversity``, ``query_jaccard_diversity``, ``pages_opened`` (means over episodes).
@@ -268,7 +257,7 @@ def evaluate_policy(
     if version not in modules:
         raise ValueError(f"version must be one of {sorted(modules)}, got {version!r}")
     vec = modules[version].vector_env(len(seeds), autoreset=False, **env_kwargs)
-    final, returns = run_episodes(vec, policy, seeds, _EPISODE_KEYS)
+    final, returns = run_episodes(vec, policy, seeds, METRIC_NAMES)
     out = {
         "success_rate": float(final["success"].mean()),
         "solved_rate": float(final["solved"].mean()),
@@ -276,6 +265,7 @@ def evaluate_policy(
         "return": float(returns.mean()),
         "n_episodes": float(len(seeds)),
     }
-    for k in _EPISODE_KEYS[2:-1]:
-        out[k] = float(final[k].mean())
+    for k in METRIC_NAMES:
+        if k not in ("success", "solved", "episode_length"):
+            out[k] = float(final[k].mean())
     return out

@@ -211,8 +211,9 @@ hard     7200   2 + 2   30     30          0.9    0 (only    300 x 8 x 3        
 "first query": the fraction of tasks whose target is among the results of the heuristic's first
 query (the description's rarest words), i.e. how often the obvious query works.
 
-Baselines (``envs.websearch_baselines``; one episode per seed 0..255, ``evaluate_policy``;
-success = target marked; steps = steps to success, ``max_cycles`` when not solved):
+Baselines (``envs.websearch_baselines``; one episode per seed 0..255,
+``evaluate_websearch_baseline``; success = target marked; steps = steps to success,
+``max_cycles`` when not solved):
 
 =======  =========  =======  =====  =======  =========  ==========  ======  ======
 preset   policy     success  steps  queries  diversity  jaccard     opened  return
@@ -311,14 +312,15 @@ import gymnasium
 import numpy as np
 
 from envs._pettingzoo import CoreParallelEnv, CoreVectorEnv, constructors, two_type_spaces
-from envs._websearch_core import (
+from envs.errors import ArgumentTypeError
+from envs.websearch import (
     BROWSER_ACTION_NAMES,
+    METRIC_NAMES,
     N_ACTIONS_BROWSER,
     N_ACTIONS_QUERIER,
     PAGE_SIZE,
     PRESETS,
     QUERIER_ACTION_NAMES,
-    ArgumentTypeError,
     WebSearchConfig,
     WebSearchCore,
     make_versioned_config,
@@ -347,16 +349,7 @@ METADATA: dict[str, Any] = {
     "render_fps": 4,
 }
 REWARD_KEYS = ("reward_team", "reward_individual", "reward_penalty")
-METRIC_KEYS = (
-    "success",
-    "solved",
-    "steps_to_success",
-    "queries_issued",
-    "query_diversity",
-    "query_jaccard_diversity",
-    "pages_opened",
-    "episode_length",
-)
+METRIC_KEYS = METRIC_NAMES  # the episode metrics in infos (envs.websearch.metrics)
 INFO_KEYS = REWARD_KEYS + ("invalid_action",) + METRIC_KEYS
 
 

@@ -57,9 +57,9 @@ a paraphrased one in another word form, so the match is a clue, not the answer).
 Baselines
 ---------
 v0's presets (see v0's "Arguments"); one episode per seed 0..255,
-``envs.websearch_baselines.evaluate_policy(..., version=1)``; success = target marked; steps =
-steps to success, ``max_cycles`` when not solved; return = mean per-agent return, all three
-channels (success figures as v0's, returns differ):
+``envs.websearch_baselines.evaluate_websearch_baseline(..., version=1)``; success = target
+marked; steps = steps to success, ``max_cycles`` when not solved; return = mean per-agent
+return, all three channels (success figures as v0's, returns differ):
 
 =======  =========  =======  =====  =======  =========  ==========  ======  ======
 preset   policy     success  steps  queries  diversity  jaccard     opened  return
@@ -133,7 +133,8 @@ from typing import Any
 
 from envs import websearch_v0
 from envs._pettingzoo import constructors
-from envs._websearch_core import PRESETS, ArgumentTypeError, WebSearchConfig
+from envs.errors import ArgumentTypeError
+from envs.websearch import PRESETS, WebSearchConfig
 from envs.websearch_v0 import INFO_KEYS, METRIC_KEYS, REWARD_KEYS, render_ansi, render_rgb
 
 __all__ = [

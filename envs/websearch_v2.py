@@ -72,10 +72,10 @@ hard     7200   2 + 2   30     30          0.9    0 (only    300 x 8 x 3        
 
 "first query": the fraction of tasks whose target is among the results of the heuristic's
 first query. Baselines: one episode per seed 0..255 (the loop of
-``envs.websearch_baselines.evaluate_policy`` on this module; the scripted policies read the
-core's arrays, not the observations, so they play v2 exactly as v1, and the figures are
-v1's); success = target marked; steps = steps to success, ``max_cycles`` when not solved;
-return = mean per-agent return, all three channels:
+``envs.websearch_baselines.evaluate_websearch_baseline`` on this module; the scripted
+policies read the core's arrays, not the observations, so they play v2 exactly as v1, and the
+figures are v1's); success = target marked; steps = steps to success, ``max_cycles`` when not
+solved; return = mean per-agent return, all three channels:
 
 =======  =========  =======  =====  =======  =========  ==========  ======  ======
 preset   policy     success  steps  queries  diversity  jaccard     opened  return
@@ -143,7 +143,8 @@ from typing import Any
 
 from envs import websearch_v0
 from envs._pettingzoo import constructors
-from envs._websearch_core import PRESETS, ArgumentTypeError, WebSearchConfig
+from envs.errors import ArgumentTypeError
+from envs.websearch import PRESETS, WebSearchConfig
 from envs.websearch_v1 import (
     BASELINES,
     INFO_KEYS,

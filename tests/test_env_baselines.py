@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from envs import multisearch_v0
-from envs.baselines import HeuristicPolicy, RandomPolicy, evaluate_policy
+from envs.baselines import HeuristicPolicy, RandomPolicy, evaluate_baseline
 from envs.demo import main as demo_main
 
 
@@ -73,7 +73,7 @@ def test_family_configs_construct_and_run(grid, per_type, targets, density, cycl
 
 def test_heuristic_solves_family_configs():
     for grid, per_type, targets, density, cycles in FAMILY[::3]:
-        result = evaluate_policy(
+        result = evaluate_baseline(
             "heuristic",
             seeds=range(8),
             grid_size=grid,
@@ -87,19 +87,19 @@ def test_heuristic_solves_family_configs():
 
 
 def test_heuristic_clearly_beats_random_on_small_preset():
-    heuristic = evaluate_policy("heuristic", seeds=range(48))
-    random = evaluate_policy("random", seeds=range(48))
+    heuristic = evaluate_baseline("heuristic", seeds=range(48))
+    random = evaluate_baseline("random", seeds=range(48))
     assert heuristic["success_rate"] >= 0.95 and heuristic["solved_rate"] >= 0.9
     assert random["success_rate"] <= 0.3
     assert heuristic["success_rate"] >= 3 * random["success_rate"]
     assert heuristic["steps"] < random["steps"]
 
 
-def test_evaluate_policy_matches_manual_parallel_loop():
+def test_evaluate_baseline_matches_manual_parallel_loop():
     """The vectorised evaluation equals running each seed by hand in a parallel_env."""
     kw = dict(grid_size=10, n_targets=2, max_cycles=80)
     seeds = [3, 4, 5, 6]
-    result = evaluate_policy("heuristic", seeds=seeds, **kw)
+    result = evaluate_baseline("heuristic", seeds=seeds, **kw)
     finals = []
     policy = HeuristicPolicy()
     for seed in seeds:
@@ -132,9 +132,9 @@ def test_random_policy_only_legal_actions():
     assert (counts[:5] > 0).all()  # every move is used
 
 
-def test_evaluate_policy_bad_policy():
+def test_evaluate_baseline_bad_policy():
     with pytest.raises(ValueError, match="unknown policy"):
-        evaluate_policy("greedy", seeds=[0])
+        evaluate_baseline("greedy", seeds=[0])
 
 
 def test_demo_runs_and_writes_media(tmp_path, capsys):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from envs import multisearch_v0
-from envs._core import MultiSearchCore, generate_layout, make_config
+from envs._multisearch_core import MultiSearchCore, generate_layout, make_config
 
 try:
     from _multisearch_reference import MOVES, ReferenceWorld

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs import multisearch_v0
-from envs._core import make_config
+from envs._multisearch_core import make_config
 
 
 def test_sparse_preset_rewards_only_collecting_and_finishing():

@@ -1,5 +1,5 @@
 """websearch_v0 baselines: headroom per preset (random <= 0.2, heuristic well above it, the
-perfect-knowledge oracle at 1.0), the calling convention, evaluate_policy's keys."""
+perfect-knowledge oracle at 1.0), the calling convention, evaluate_websearch_baseline's keys."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from envs.websearch_baselines import (
     HeuristicPolicy,
     OraclePolicy,
     RandomPolicy,
-    evaluate_policy,
+    evaluate_websearch_baseline,
 )
 
 SEEDS = range(500, 564)  # 64 seeds the docstring's figures were not measured on
@@ -19,9 +19,9 @@ SEEDS = range(500, 564)  # 64 seeds the docstring's figures were not measured on
 
 @pytest.mark.parametrize("preset", ["easy", "default", "hard"])
 def test_headroom_per_preset(preset):
-    random = evaluate_policy("random", SEEDS, preset=preset)
-    heuristic = evaluate_policy("heuristic", SEEDS, preset=preset)
-    oracle = evaluate_policy("oracle", SEEDS, preset=preset)
+    random = evaluate_websearch_baseline("random", SEEDS, preset=preset)
+    heuristic = evaluate_websearch_baseline("heuristic", SEEDS, preset=preset)
+    oracle = evaluate_websearch_baseline("oracle", SEEDS, preset=preset)
     assert random["success_rate"] <= 0.2
     assert heuristic["success_rate"] >= random["success_rate"] + 0.3
     assert oracle["success_rate"] == 1.0
@@ -29,8 +29,8 @@ def test_headroom_per_preset(preset):
     assert heuristic["query_diversity"] == 1.0  # the heuristic never repeats a query
 
 
-def test_evaluate_policy_keys_and_callable():
-    out = evaluate_policy(RandomPolicy(1), range(8), preset="easy")
+def test_evaluate_websearch_baseline_keys_and_callable():
+    out = evaluate_websearch_baseline(RandomPolicy(1), range(8), preset="easy")
     assert set(out) == {
         "success_rate",
         "solved_rate",
@@ -45,9 +45,9 @@ def test_evaluate_policy_keys_and_callable():
     }
     assert out["n_episodes"] == 8.0
     with pytest.raises(ValueError, match="unknown policy"):
-        evaluate_policy("smart", range(2))
+        evaluate_websearch_baseline("smart", range(2))
     with pytest.raises(ValueError, match="seeds"):
-        evaluate_policy("random", [])
+        evaluate_websearch_baseline("random", [])
 
 
 @pytest.mark.parametrize("policy", [HeuristicPolicy(), OraclePolicy(), RandomPolicy(0)])

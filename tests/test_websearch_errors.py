@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from envs import websearch_v0
-from envs._websearch_core import STANDALONE_FIELDS
+from envs.websearch.kernels import STANDALONE_FIELDS
 
 try:
     import _env_checks as checks

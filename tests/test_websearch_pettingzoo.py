@@ -98,7 +98,7 @@ def test_metadata_spaces_and_agent_types():
 def test_baselines_module_is_named_and_importable():
     assert websearch_v0.BASELINES == "envs.websearch_baselines"
     module = importlib.import_module(websearch_v0.BASELINES)
-    for name in ("HeuristicPolicy", "RandomPolicy", "OraclePolicy", "evaluate_policy"):
+    for name in ("HeuristicPolicy", "RandomPolicy", "OraclePolicy", "evaluate_websearch_baseline"):
         assert hasattr(module, name)
 
 

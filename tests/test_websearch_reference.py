@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from envs import websearch_v0, websearch_v1, websearch_v2
-from envs._websearch_core import (
+from envs.diversity import jaccard_distance, mean_pairwise_jaccard
+from envs.websearch import (
     BM25_B,
     BM25_K1,
     DESC_SLOTS,
@@ -26,11 +27,10 @@ from envs._websearch_core import (
     KIND_MODEL,
     KIND_NOISE,
     PAGE_SIZE,
-    _search,
     build_corpus,
     make_config,
 )
-from envs.diversity import jaccard_distance, mean_pairwise_jaccard
+from envs.websearch.corpus import _search
 
 EPISODES = 25
 # small corpora and short episodes, so that random play issues, opens, pages and marks a lot

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from envs import websearch_v0, websearch_v1
-from envs._websearch_core import B_MARK, B_OPEN0, Q_ISSUE, Q_TOGGLE0, ArgumentTypeError
-from envs.websearch_baselines import OraclePolicy, evaluate_policy
+from envs.errors import ArgumentTypeError
+from envs.websearch import B_MARK, B_OPEN0, Q_ISSUE, Q_TOGGLE0
+from envs.websearch_baselines import OraclePolicy, evaluate_websearch_baseline
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # PettingZoo's style hints
 
@@ -142,15 +143,15 @@ def test_failure_costs_the_skipped_steps_success_does_not():
 
 def test_baselines_headroom_on_v1():
     seeds = range(500, 564)
-    random = evaluate_policy("random", seeds, version=1)
-    heuristic = evaluate_policy("heuristic", seeds, version=1)
-    oracle = evaluate_policy("oracle", seeds, version=1)
+    random = evaluate_websearch_baseline("random", seeds, version=1)
+    heuristic = evaluate_websearch_baseline("heuristic", seeds, version=1)
+    oracle = evaluate_websearch_baseline("oracle", seeds, version=1)
     assert random["success_rate"] <= 0.2
     assert heuristic["success_rate"] >= random["success_rate"] + 0.3
     assert oracle["success_rate"] == 1.0
     # the same play as on v0 (tasks and dynamics unchanged), other returns
-    heuristic0 = evaluate_policy("heuristic", seeds, version=0)
+    heuristic0 = evaluate_websearch_baseline("heuristic", seeds, version=0)
     assert heuristic["success_rate"] == heuristic0["success_rate"]
     assert heuristic["return"] > heuristic0["return"]  # the reading reward
     with pytest.raises(ValueError, match="version"):
-        evaluate_policy("random", seeds, version=3)
+        evaluate_websearch_baseline("random", seeds, version=3)

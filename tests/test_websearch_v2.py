@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from envs import websearch_v0, websearch_v1, websearch_v2
-from envs._websearch_core import B_MARK, B_OPEN0, Q_ISSUE, Q_TOGGLE0, ArgumentTypeError
+from envs.errors import ArgumentTypeError
+from envs.websearch import B_MARK, B_OPEN0, Q_ISSUE, Q_TOGGLE0
 from envs.websearch_baselines import HeuristicPolicy, OraclePolicy, RandomPolicy
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # PettingZoo's style hints
@@ -164,8 +165,8 @@ def test_covers_feature_by_hand():
 
 
 def _play(module, policy, seeds, **kwargs):
-    """One episode per seed (as envs.websearch_baselines.evaluate_policy): final success,
-    steps to success and mean per-agent return per episode."""
+    """One episode per seed (as envs.websearch_baselines.evaluate_websearch_baseline): final
+    success, steps to success and mean per-agent return per episode."""
     vec = module.vector_env(len(seeds), autoreset=False, **kwargs)
     obs, _ = vec.reset(seed=list(seeds))
     first = vec.possible_agents[0]

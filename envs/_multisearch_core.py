@@ -26,9 +26,10 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from envs.errors import ArgumentTypeError, check_float_field, check_int_field
+
 __all__ = [
     "ACTION_NAMES",
-    "ArgumentTypeError",
     "N_ACTIONS_RESCUER",
     "N_ACTIONS_SCOUT",
     "PRESETS",
@@ -37,37 +38,6 @@ __all__ = [
     "generate_layout",
     "make_config",
 ]
-
-
-class ArgumentTypeError(TypeError, ValueError):
-    """An argument of the wrong type (or an unknown argument). Both a ``TypeError`` and a
-    ``ValueError``, so callers catching either see it."""
-
-
-def check_int_field(config: Any, name: str, lo: int, hi: int | None = None) -> None:
-    """Check that ``config.<name>`` is an int in [lo, hi] (no upper bound when hi is None) and
-    store it as a Python int; ArgumentTypeError for a non-int (bool included), ValueError out of
-    range, each naming the field and what is allowed."""
-    value = getattr(config, name)
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ArgumentTypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    setattr(config, name, int(value))
-    if value < lo or (hi is not None and value > hi):
-        allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ValueError(f"{name} must be {allowed}, got {value}")
-
-
-def check_float_field(config: Any, name: str, lo: float, hi: float | None = None) -> None:
-    """Check that ``config.<name>`` is a finite number in [lo, hi] and store it as a float;
-    errors as :func:`check_int_field`'s."""
-    value = getattr(config, name)
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-        raise ArgumentTypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    value = float(value)
-    setattr(config, name, value)
-    if not math.isfinite(value) or value < lo or (hi is not None and value > hi):
-        allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ValueError(f"{name} must be a finite number {allowed}, got {value}")
 
 
 N_ACTIONS_SCOUT = 5
