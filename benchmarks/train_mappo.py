@@ -308,7 +308,7 @@ def memory(args: argparse.Namespace) -> None:
 
 
 def learn(args: argparse.Namespace) -> None:
-    from envs.baselines import evaluate_policy
+    from envs.baselines import evaluate_baseline
     from marl.run.runlog import read_metrics
 
     os.makedirs(args.out, exist_ok=True)
@@ -371,7 +371,7 @@ def learn(args: argparse.Namespace) -> None:
             f"{rows[-1]['time_s']:.0f}s training",
             flush=True,
         )
-    base = {p: evaluate_policy(p, seeds=seeds_eval, **env_kw) for p in ("heuristic", "random")}
+    base = {p: evaluate_baseline(p, seeds=seeds_eval, **env_kw) for p in ("heuristic", "random")}
     print(f"\nvalidation seeds {seeds_eval[0]}..{seeds_eval[-1]}, env {env_kw or 'small preset'}")
     print(f"{'policy':<14}{'success':>9}{'solved':>9}{'x heuristic':>13}{'x random':>10}")
     h, r = base["heuristic"]["success_rate"], base["random"]["success_rate"]

@@ -26,7 +26,7 @@ from envs._baselines import Policy, RandomPolicy, run_episodes, to_env_format
 from envs._multisearch_core import MultiSearchCore
 from envs.multisearch_v0 import MultiSearchParallelEnv, MultiSearchVectorEnv, vector_env
 
-__all__ = ["HeuristicPolicy", "RandomPolicy", "evaluate_baseline", "evaluate_policy"]
+__all__ = ["HeuristicPolicy", "RandomPolicy", "evaluate_baseline"]
 
 
 def _core_of(env: Any) -> MultiSearchCore:
@@ -216,8 +216,3 @@ def evaluate_baseline(
         "return": float(returns.mean()),
         "n_episodes": float(len(seeds)),
     }
-
-
-#: the former name, kept for callers outside envs/ (marl.experiments.tasks, benchmarks,
-#: tests/test_train.py); new code calls :func:`evaluate_baseline`
-evaluate_policy = evaluate_baseline

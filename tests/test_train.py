@@ -499,7 +499,7 @@ def test_mappo_learns_tiny_search_where_random_fails(tmp_path):
     """Default MAPPO on an 8x8 multisearch with 2 targets and 60 steps: the random policy
     collects ~10% of the targets and solves no episode; ~45k env steps of training (about a
     minute on a shared 2-core CPU) must collect >= 80%."""
-    from envs.baselines import evaluate_policy
+    from envs.baselines import evaluate_baseline
 
     run = tmp_path / "run"
     code = train_main(
@@ -526,7 +526,7 @@ def test_mappo_learns_tiny_search_where_random_fails(tmp_path):
     assert code == 0
     ev = json.loads((run / "eval.json").read_text())
     env_kw = {"grid_size": 8, "n_scouts": 1, "n_rescuers": 1, "n_targets": 2, "max_cycles": 60}
-    rand = evaluate_policy("random", seeds=ev["seeds"], **env_kw)
+    rand = evaluate_baseline("random", seeds=ev["seeds"], **env_kw)
     assert rand["success_rate"] < 0.2 and rand["solved_rate"] < 0.1
     assert ev["success_rate"] >= 0.8, ev
     assert ev["solved_rate"] >= 0.6, ev

@@ -42,7 +42,7 @@ def task_baselines(env_kwargs: Mapping[str, Any], seeds: Sequence[int]) -> dict[
     """The heuristic and random policies' success and solved rates on ``seeds``."""
     out = {}
     for name in ("heuristic", "random"):
-        res = baselines.evaluate_policy(name, seeds=list(seeds), **dict(env_kwargs))
+        res = baselines.evaluate_baseline(name, seeds=list(seeds), **dict(env_kwargs))
         out[name] = {m: res[m] for m in TASK_METRICS}
     return out
 
