@@ -76,8 +76,8 @@ hard     oracle     1.000    6.1    1.0      1.00       0.00        1.0     1.50
 =======  =========  =======  =====  =======  =========  ==========  ======  ======
 
 Speed: v0's "Speed" table (measured on v0, whose core v1 shares): v1 computes each result's
-description match once per query, and runs at about 0.9x v0's env steps per CPU-second,
-vector_env(256) default, random legal actions.
+description match once per query (its speed against v0: BENCHMARKS.md, environment
+throughput).
 
 Learning
 --------

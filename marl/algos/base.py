@@ -158,9 +158,9 @@ class BaseConfig:
         "auto",
         "numba's threading layer for this process (seqmodels' mamba kernels, whitening): "
         "'auto' picks 'omp' when numba's pool has one thread (the trainer sizes it to "
-        "--torch-threads: each kernel then runs in the calling thread; a mamba iteration "
-        "1.2-1.3x faster than on 'workqueue') and 'workqueue' otherwise (idle workers sleep; "
-        "Mamba.step about 7-8x faster than 'omp', whose idle workers busy-wait); 'omp' is "
+        "--torch-threads: each kernel then runs in the calling thread, faster than on "
+        "'workqueue') and 'workqueue' otherwise (idle workers sleep, where 'omp's busy-wait "
+        "and slow Mamba.step down); 'omp' is "
         "thread-safe; 'tbb' needs the tbb package; 'default' leaves numba's own choice. Set "
         "once per process, before the first kernel runs.",
         choices=("auto", "workqueue", "omp", "tbb", "default"),

@@ -279,10 +279,9 @@ class MAPPO(Algorithm):
         if self.distributed:
             broadcast_parameters(self.policy, ctx)
             broadcast_parameters(self.critic, ctx)
-        # the critic's epochs run beside the policy's (1.10x an iteration); each agent type's
-        # actor in its own thread as well pays only for recurrent actors, whose windows
-        # outweigh the hand-off (memory preset, 1 thread: gru 1.14x, mamba 1.34x, mamba2
-        # 1.30x; mlp 0.94-0.98x; BENCHMARKS.md)
+        # the critic's epochs run beside the policy's; each agent type's actor in its own
+        # thread as well pays only for recurrent actors, whose windows outweigh the hand-off
+        # (measured: BENCHMARKS.md, trainer speed)
         self.policy_update = PolicyUpdate.from_config(
             self.policy, cfg, parallel=self.parallel and self.policy.is_recurrent, ctx=ctx
         )

@@ -288,8 +288,8 @@ class PolicyUpdate:
         self.params = list(policy.parameters()) + (
             list(offset.parameters()) if offset is not None else []
         )
-        # fused: torch's one-kernel Adam (the same update; about 2x faster than the
-        # per-tensor loop torch uses by default on CPU for these small networks)
+        # fused: torch's one-kernel Adam (the same update, faster than the per-tensor loop
+        # torch uses by default on CPU for these small networks)
         self.optimizer = torch.optim.Adam(self.params, lr=lr, eps=1e-5, fused=True)
         self.distributed = ctx is not None and ctx.enabled
         # agent types side by side only where their backbones may run in two threads at once,

@@ -41,8 +41,8 @@ Fast path
 ---------
 On CPU tensors the same three passes run as fused numba loops
 (:mod:`marl.core.kernels.whitening_numba`: no float64 copy of ``x``, no gathered
-intermediates; 1.3x faster than the torch functions on a ``[32, 64, 4]`` rollout, 3-5x on
-10**7 entries, see ``benchmarks/whitening.py``); tests check them against the torch
+intermediates; faster than the torch functions: BENCHMARKS.md, ``benchmarks/whitening.py``);
+tests check them against the torch
 functions. ``MARL_WHITEN_BACKEND=torch`` selects the torch functions on CPU too
 (``=numba`` insists on the loops: an error where they cannot run); CUDA always uses torch.
 

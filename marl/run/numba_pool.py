@@ -4,11 +4,11 @@ numba fixes its pool size (``NUMBA_NUM_THREADS``, default: every core) when it i
 seqmodels' parallel kernels then run with ``min(torch threads, pool size)`` threads
 (:func:`seqmodels.kernels.numba_runtime.torch_thread_count`). A pool larger than the threads a
 run uses still hands every kernel launch to a pool worker, and on a loaded machine each
-hand-over waits for the scheduler: measured with ``benchmarks/train_mappo.py`` at load ~9 on 2
-cores, a mamba MAPPO iteration took 10-30x longer with a 2-thread pool and 1 torch thread than
-with a 1-thread pool. The training entry point (``python -m marl.train``, ``coopsearch-train``)
-therefore sets ``NUMBA_NUM_THREADS`` to the run's thread count before anything imports numba,
-unless the user set it. This module imports neither numba nor torch.
+hand-over waits for the scheduler: on a loaded 2-core machine a mamba MAPPO iteration took many
+times longer with a 2-thread pool and 1 torch thread than with a 1-thread pool
+(``benchmarks/train_mappo.py``). The training entry point (``python -m marl.train``,
+``coopsearch-train``) therefore sets ``NUMBA_NUM_THREADS`` to the run's thread count before
+anything imports numba, unless the user set it. This module imports neither numba nor torch.
 """
 
 from __future__ import annotations

@@ -70,8 +70,8 @@ NUMBA_CHECKPOINT_EVERY = 64
 MAMBA_BLOCK_TOKENS = 2048
 # mamba_block_numba (seqmodels.Mamba's numba path) takes those windows from B * L tokens on;
 # below, the whole sequence at once (_NumbaMambaBlockFull), which keeps 4 [B, L, d_inner]
-# activations but recomputes no in_proj / conv / x_proj output in backward (measured at
-# B=32, L=1024, d_model=64, 1 thread: 1.23x the windowed path's speed).
+# activations but recomputes no in_proj / conv / x_proj output in backward (faster than the
+# windowed path where both fit: measured with benchmarks/seqmodels.py).
 MAMBA_WINDOWED_MIN_TOKENS = 65536
 
 
@@ -692,8 +692,7 @@ class _NumbaMambaBlockFull(torch.autograd.Function):
     saved output before the gate instead of recomputing it from the states, and two of the
     backward's ``[B, L, d_inner]`` tensors serve twice: the scan input's gradient is written
     over the out_proj input's gradient, the conv input's gradient over the recomputed out_proj
-    input once its weight gradient is taken (measured at B=32, L=1024, d_model=64, 1 thread:
-    1.06x the speed of fresh tensors for both, fewer page faults).
+    input once its weight gradient is taken (fewer page faults than fresh tensors).
     """
 
     @staticmethod

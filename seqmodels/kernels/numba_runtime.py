@@ -5,13 +5,13 @@ the first time a parallel kernel launches, from ``numba.config.THREADING_LAYER``
 ``NUMBA_THREADING_LAYER`` environment variable, ``"default"`` unless set: tbb, else omp, else
 workqueue). The choice matters for rollouts: GNU OpenMP's idle workers busy-wait after every
 parallel kernel and take the cores from the torch ops between kernels, while workqueue's
-workers sleep (measured on the shared 2-core box with ``benchmarks/seqmodels.py
---compare-threading-layers``: ``Mamba.step`` at B=1024 on omp used 5.6-6.6x the CPU time of
-workqueue and took 7-8.5x its wall time under load; Mamba / Mamba2 training 1.1-1.9x slower).
+workers sleep (``benchmarks/seqmodels.py --compare-threading-layers`` measures it: on omp
+``Mamba.step`` at a large batch takes several times workqueue's time under load, and Mamba /
+Mamba2 training is slower).
 With a pool of one thread it is the other way round: omp runs a one-thread parallel region in
 the calling thread (no worker exists to busy-wait), while workqueue still hands every kernel to
-its one worker thread and waits for it (measured: the fused Mamba step at B=128 takes 2-3x
-as long on workqueue; a whole mamba MAPPO iteration at one thread 1.2-1.3x).
+its one worker thread and waits for it (the fused Mamba step and a whole mamba MAPPO
+iteration at one thread are slower on workqueue).
 :func:`auto_threading_layer` picks by the pool size.
 
 A program that wants a layer chooses it for its own process with
