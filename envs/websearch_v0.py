@@ -258,20 +258,8 @@ keep its termination/truncation flags True.
 
 Speed
 -----
-``python benchmarks/env_throughput.py`` (random in-range actions, auto-resets included,
-measured in one run next to mpe2's ``simple_spread_v3``; 2 shared vCPUs under load, load
-average 17):
-
-==============================================  =============  ===============  ==========
-environment                                     agent-steps/s  x simple_spread  per CPU-s
-==============================================  =============  ===============  ==========
-mpe2 simple_spread_v3 parallel (3 agents)       5,397          1.0x             13,251
-websearch_v0 parallel_env (default, 3 agents)   52,133         9.7x             104,343
-websearch_v0 vector_env(256) default            922,036        171x             1,859,672
-websearch_v0 vector_env(1024) default           1,011,372      187x             2,035,701
-==============================================  =============  ===============  ==========
-
-Target (issue 20): vector_env(256) >= 100x simple_spread: met (171x wall, 140x per CPU-second).
+``python benchmarks/env_throughput.py`` measures it next to mpe2's ``simple_spread_v3`` in one
+run; the current figures are in BENCHMARKS.md (environment throughput).
 Episode arrays: about 37 KB per env on ``hard`` (the corpus, 4-11 MB, is shared).
 
 Rendering: ``ansi`` (the description, drafts, the query on screen, the pages the browsers
