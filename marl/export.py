@@ -1,20 +1,36 @@
 """``python -m marl.export RUN_DIR --format onnx|torchscript --out STEM|FILE|DIR/``: a run's
-actors as standalone files, one per agent type.
+actors as standalone step functions, one file per agent type, for every backbone (mlp, gru,
+mamba, mamba2).
 
-Each file computes one agent type's actor for a batch of agents:
+Each file computes one step of one agent type's actor for a batch of agents:
 
-=============  =====================  =====================================================
-name           shape                  meaning
-=============  =====================  =====================================================
-obs            float32 [B, obs_dim]   the agent's observation
-action_mask    int8/bool [B, A]       1 where the action is allowed
-agent_index    int64 [B]              the agent's index within its type (``scout_1`` -> 1)
-h (gru)        float32 [B, H]         the GRU state (zeros at an episode's start)
--> logits      float32 [B, A]         masked logits (disallowed actions: -1e9)
--> h (gru)     float32 [B, H]         the new GRU state
-=============  =====================  =====================================================
+==================  =========================  ================================================
+name                shape                      meaning
+==================  =========================  ================================================
+obs                 float32 [B, obs_dim]       the agent's observation
+action_mask         int8 [B, A]                1 where the action is allowed
+agent_index         int64 [B]                  the agent's index within its type (``scout_1``
+                                               -> 1)
+state_h (gru)       float32 [B, H]             the GRU state
+state_conv (mamba,  float32 [B, C, d_conv]     the Mamba block's conv window (mamba:
+mamba2)                                        C = d_inner; mamba2: C = d_inner + 2 * ngroups
+                                               * d_state)
+state_ssm (mamba,   float32 [B, d_inner,       the Mamba block's SSM state (mamba2:
+mamba2)             d_state]                   [B, nheads, headdim, d_state])
+-> logits           float32 [B, A]             masked logits (disallowed actions: -1e9)
+-> next_state_*     as the state inputs        the state after this step, one output per state
+                                               input, in the same order
+==================  =========================  ================================================
 
-Greedy action: ``argmax(logits)``; log-probabilities: ``log_softmax(logits)``.
+Greedy action: ``argmax(logits)``; log-probabilities: ``log_softmax(logits)``. The initial
+state, at an episode's start, is zeros (an agent's row reset to zeros starts its new episode;
+nothing else carries over): :meth:`ExportedActor.initial_state`, and the per-agent shapes are
+in the run's ``policy/policy.json`` (``agent_types[k].state_shapes``) and in each ONNX file's
+metadata (``coopsearch.state_shapes``).
+
+The step is :meth:`marl.policies.TypeActor.step` without its reset flag: the backbone's own
+``step`` traced, on the pure-torch ``reference`` backend for mamba / mamba2 (the readable
+twins of the numba kernels, :mod:`seqmodels.ops`; no compiled kernel is traced).
 
 Files (:func:`export_paths`), for every agent type (multisearch: ``scout``, ``rescuer``):
 ``--out policy`` or ``--out policy.onnx`` -> ``policy.scout.onnx``, ``policy.rescuer.onnx``;
@@ -22,13 +38,16 @@ Files (:func:`export_paths`), for every agent type (multisearch: ``scout``, ``re
 ``exported/rescuer.onnx``. TorchScript files end in ``.pt`` instead. Each path written is
 printed. ONNX export needs the ``export`` extra (``pip install 'coopsearch[export]'``).
 
-Supported backbones: mlp and gru (mamba / mamba2 actors run their selective scan through
-compiled kernels that neither exporter can trace: use ``marl.load_policy`` for them).
+The policy is read from the run's policy artifact (``RUN_DIR/policy/``, as
+:func:`marl.load_policy`): nothing is unpickled unless ``--trust-checkpoint`` for a run
+written before artifacts existed.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
+import json
 import os
 import sys
 import warnings
@@ -41,9 +60,23 @@ from marl.policies import MASK_LOGIT, TypeActor
 from marl.policy_api import TrainedPolicy, load_policy
 from marl.run.cli import StrictArgumentParser
 
-__all__ = ["ExportedActor", "export_policy", "export_paths", "main", "SUPPORTED_BACKBONES"]
+__all__ = [
+    "ExportedActor",
+    "export_policy",
+    "export_paths",
+    "main",
+    "STATE_NAMES",
+    "SUPPORTED_BACKBONES",
+]
 
-SUPPORTED_BACKBONES = ("mlp", "gru")
+#: the state inputs of each backbone, in order (the outputs after the logits: ``next_`` + name)
+STATE_NAMES: dict[str, tuple[str, ...]] = {
+    "mlp": (),
+    "gru": ("state_h",),
+    "mamba": ("state_conv", "state_ssm"),
+    "mamba2": ("state_conv", "state_ssm"),
+}
+SUPPORTED_BACKBONES = tuple(STATE_NAMES)
 
 #: file extension of each format
 EXTENSIONS = {"onnx": ".onnx", "torchscript": ".pt"}
@@ -51,41 +84,55 @@ EXTENSIONS = {"onnx": ".onnx", "torchscript": ".pt"}
 #: the packages of the ``export`` extra (``pip install 'coopsearch[export]'``)
 EXPORT_EXTRA = ("onnx", "onnxscript", "onnxruntime")
 
+#: the ONNX opset written (18: ReduceMean takes its axes as an input)
+ONNX_OPSET = 18
+
 
 class ExportedActor(nn.Module):
     """One agent type's actor as a plain function of tensors (see the module docstring):
-    the same operations as :meth:`marl.policies.TypeActor.step`."""
+    ``forward(obs, action_mask, agent_index, *state) -> logits`` (mlp) or ``(logits,
+    *next_state)``, the operations of :meth:`marl.policies.TypeActor.step` on a copy of
+    ``actor`` (mamba / mamba2 blocks on the pure-torch ``reference`` backend)."""
 
     def __init__(self, actor: TypeActor, backbone: str) -> None:
         super().__init__()
         if backbone not in SUPPORTED_BACKBONES:
             raise ValueError(
-                f"export supports the {' and '.join(SUPPORTED_BACKBONES)} backbones, got "
-                f"{backbone!r} (mamba/mamba2 actors run compiled scan kernels that cannot be "
-                "traced; use marl.load_policy to run them)"
+                f"export supports the {', '.join(SUPPORTED_BACKBONES)} backbones, got {backbone!r}"
             )
-        self.actor, self.recurrent = actor, backbone == "gru"
-        if self.recurrent and actor.backbone.num_layers != 1:
+        actor = copy.deepcopy(actor).cpu().eval()
+        if backbone in ("mamba", "mamba2"):
+            if actor.backbone.num_layers != 1:
+                raise ValueError(f"export supports single-layer {backbone} backbones only")
+            actor.backbone.backend = "reference"  # readable torch, no numba kernel
+        if backbone == "gru" and actor.backbone.num_layers != 1:
             raise ValueError("export supports single-layer GRU backbones only")
+        self.actor, self.kind = actor, backbone
+        self.state_names = STATE_NAMES[backbone]
 
-    def _inputs(self, obs: Tensor, agent_index: Tensor) -> Tensor:
-        onehot = F.one_hot(agent_index, self.actor.n_agents).to(obs.dtype)
-        return torch.cat([obs, onehot], dim=-1)
+    def state_shapes(self) -> list[list[int]]:
+        """The shape of each state input for one agent (the batch dimension left out)."""
+        shapes = [list(s.shape[1:]) for s in self.actor.backbone.initial_state(1)]
+        return [shape[1:] for shape in shapes] if self.kind == "gru" else shapes
 
-    def _logits(self, y: Tensor, action_mask: Tensor) -> Tensor:
-        logits = self.actor.head(y)
-        return logits.masked_fill(action_mask == 0, MASK_LOGIT)
+    def initial_state(self, batch_size: int) -> tuple[Tensor, ...]:
+        """The state inputs at an episode's start for ``batch_size`` agents: zeros."""
+        return tuple(torch.zeros(batch_size, *shape) for shape in self.state_shapes())
 
     def forward(
-        self, obs: Tensor, action_mask: Tensor, agent_index: Tensor, h: Tensor | None = None
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        x = self._inputs(obs, agent_index)
-        backbone = self.actor.backbone
-        if not self.recurrent:
-            return self._logits(backbone.net(x), action_mask)
-        feats = backbone.proj(x)
-        y, h_new = backbone.gru(feats.unsqueeze(1), h.unsqueeze(0))
-        return self._logits(y[:, 0], action_mask), h_new[0]
+        self, obs: Tensor, action_mask: Tensor, agent_index: Tensor, *state: Tensor
+    ) -> Tensor | tuple[Tensor, ...]:
+        onehot = F.one_hot(agent_index, self.actor.n_agents).to(obs.dtype)
+        x = torch.cat([obs, onehot], dim=-1)
+        if self.kind == "gru":  # h [B, H] <-> the backbone's (h [B, 1, H],)
+            state = (state[0].unsqueeze(1),)
+        y, new_state = self.actor.backbone.step(x, tuple(state), None)
+        logits = self.actor.head(y).masked_fill(action_mask == 0, MASK_LOGIT)
+        if not self.state_names:
+            return logits
+        if self.kind == "gru":
+            new_state = (new_state[0][:, 0],)
+        return (logits, *new_state)
 
 
 def export_paths(out: str, type_names: list[str], fmt: str) -> dict[str, str]:
@@ -126,15 +173,40 @@ def require_export_extra() -> None:
         )
 
 
-def _example_inputs(policy: TrainedPolicy, name: str) -> tuple[Tensor, ...]:
-    t = next(t for t in policy.layout.types if t.name == name)
-    obs = torch.zeros(2, t.obs_dim)
-    mask = torch.ones(2, t.n_actions, dtype=torch.int8)
-    index = torch.zeros(2, dtype=torch.long)
-    if policy.is_recurrent:
-        hidden = policy.policy.actors[name].backbone.output_dim
-        return obs, mask, index, torch.zeros(2, hidden)
-    return obs, mask, index
+def _rms_norm_symbolic(g, x, normalized_shape, weight, eps):  # ONNX graph values
+    """ONNX for ``aten::rms_norm`` (the TorchScript-based exporter has none):
+    ``x / sqrt(mean(x^2 over the normalised dims) + eps) * weight``."""
+    from torch.onnx import symbolic_helper
+
+    dims = len(symbolic_helper._unpack_list(normalized_shape))
+    value = None if symbolic_helper._is_none(eps) else symbolic_helper._get_const(eps, "f", "eps")
+    value = torch.finfo(torch.float32).eps if value is None else float(value)
+    axes = g.op("Constant", value_t=torch.arange(-dims, 0, dtype=torch.long))
+    mean_square = g.op("ReduceMean", g.op("Mul", x, x), axes, keepdims_i=1)
+    eps_t = g.op("Constant", value_t=torch.tensor(value, dtype=torch.float32))
+    out = g.op("Div", x, g.op("Sqrt", g.op("Add", mean_square, eps_t)))
+    return out if symbolic_helper._is_none(weight) else g.op("Mul", out, weight)
+
+
+def _register_onnx_symbolics() -> None:
+    torch.onnx.register_custom_op_symbolic("aten::rms_norm", _rms_norm_symbolic, ONNX_OPSET)
+
+
+def _add_metadata(path: str, module: ExportedActor, type_name: str) -> None:
+    """Record the inputs, the outputs and the initial state in the ONNX file's metadata."""
+    import onnx
+
+    model = onnx.load(path)
+    props = {
+        "coopsearch.agent_type": type_name,
+        "coopsearch.backbone": module.kind,
+        "coopsearch.state_names": json.dumps(list(module.state_names)),
+        "coopsearch.state_shapes": json.dumps(module.state_shapes()),
+        "coopsearch.initial_state": "zeros (an episode's start)",
+        "coopsearch.greedy_action": "argmax(logits)",
+    }
+    onnx.helper.set_model_props(model, props)
+    onnx.save(model, path)
 
 
 def export_policy(policy: TrainedPolicy, out: str, fmt: str = "onnx") -> dict[str, str]:
@@ -143,21 +215,31 @@ def export_policy(policy: TrainedPolicy, out: str, fmt: str = "onnx") -> dict[st
     paths = export_paths(out, list(policy.layout.type_names), fmt)
     if fmt == "onnx":
         require_export_extra()
-    backbone = policy.config.backbone if policy.config is not None else "mlp"
+        _register_onnx_symbolics()
+    backbone = policy.policy.backbone_kind
     for name, path in paths.items():
         module = ExportedActor(policy.policy.actors[name], backbone).eval()
-        example = _example_inputs(policy, name)
+        t = next(t for t in policy.layout.types if t.name == name)
+        example = (
+            torch.zeros(2, t.obs_dim),
+            torch.ones(2, t.n_actions, dtype=torch.int8),
+            torch.zeros(2, dtype=torch.long),
+            *module.initial_state(2),
+        )
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        names = ["obs", "action_mask", "agent_index"] + (["h"] if len(example) == 4 else [])
-        outputs = ["logits"] + (["h_out"] if len(example) == 4 else [])
-        with warnings.catch_warnings():
+        names = ["obs", "action_mask", "agent_index", *module.state_names]
+        outputs = ["logits", *(f"next_{n}" for n in module.state_names)]
+        with warnings.catch_warnings(), torch.no_grad():
             # torch's notices that torch.jit and its TorchScript-based ONNX exporter
-            # (dynamo=False) are deprecated: nothing a user of this command can act on
+            # (dynamo=False) are deprecated, and the tracer's on the shape checks of the
+            # backbones: nothing a user of this command can act on
             warnings.simplefilter("ignore", DeprecationWarning)
             warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            # (the GRU's initial state is an input here, as this warning asks)
+            warnings.filterwarnings("ignore", "Exporting a model to ONNX with a batch_size")
             if fmt == "torchscript":
-                with torch.no_grad():
-                    torch.jit.save(torch.jit.trace(module, example), path)
+                torch.jit.save(torch.jit.trace(module, example), path)
             else:
                 torch.onnx.export(
                     module,
@@ -166,8 +248,10 @@ def export_policy(policy: TrainedPolicy, out: str, fmt: str = "onnx") -> dict[st
                     input_names=names,
                     output_names=outputs,
                     dynamic_axes={n: {0: "batch"} for n in names + outputs},
+                    opset_version=ONNX_OPSET,
                     dynamo=False,
                 )
+                _add_metadata(path, module, name)
     return paths
 
 
@@ -177,10 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     p = StrictArgumentParser(
         prog="python -m marl.export",
         allow_abbrev=False,
-        description="Export a run's actors (mlp, gru) as ONNX or TorchScript files, one per "
-        "agent type: inputs obs [B, obs_dim], action_mask [B, A], agent_index int64 [B] (and "
-        "h [B, H] for gru); outputs the masked logits [B, A] (and the new h). Prints each "
-        "file written. ONNX needs pip install 'coopsearch[export]'.",
+        description="Export a run's actors (mlp, gru, mamba, mamba2) as ONNX or TorchScript "
+        "step functions, one file per agent type: inputs obs [B, obs_dim], action_mask [B, A], "
+        "agent_index int64 [B] and the recurrent state (gru: state_h; mamba, mamba2: "
+        "state_conv, state_ssm; zeros at an episode's start); outputs the masked logits [B, A] "
+        "and the next state (next_state_*). Prints each file written. ONNX needs pip install "
+        "'coopsearch[export]'.",
     )
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--format", choices=("onnx", "torchscript"), default="onnx")
@@ -192,13 +278,27 @@ def main(argv: list[str] | None = None) -> int:
         "DIR/ (a trailing slash or an existing directory) -> DIR/<type>.onnx (.pt instead of "
         ".onnx for --format torchscript)",
     )
-    p.add_argument("--checkpoint", default=None, help="checkpoint file (default: the latest)")
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        metavar="FILE",
+        help="export the policy of this checkpoint (a path, or a name in RUN_DIR/checkpoints "
+        "such as ckpt_40.pt: its weights RUN_DIR/policy/weights_40.pt are read) [default: the "
+        "newest policy weights]",
+    )
+    p.add_argument(
+        "--trust-checkpoint",
+        action="store_true",
+        help="allow loading a pickled checkpoint where the run has no policy weights for it "
+        "(runs written before RUN_DIR/policy/ existed): unpickling runs whatever code the "
+        "file names, so only for a run directory you trust",
+    )
     args = p.parse_args(argv)
     try:
         export_paths(args.out, ["type"], args.format)  # a bad --out before any work
         if args.format == "onnx":
             require_export_extra()
-        policy = load_policy(args.run_dir, checkpoint=args.checkpoint)
+        policy = load_policy(args.run_dir, checkpoint=args.checkpoint, trust=args.trust_checkpoint)
         paths = export_policy(policy, args.out, args.format)
     except (ValueError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -15,6 +15,11 @@
 agents present in it. Recurrent backbones carry their state in ``state`` (``None`` or
 ``initial_state()`` starts an episode); agents that have left (absent from ``obs``) get no
 action, and their rows are fed zeros with every action allowed.
+
+The policy comes from the run's policy artifact, ``RUN_DIR/policy/`` (weights loaded with
+``torch.load(weights_only=True)`` and a JSON description, :mod:`marl.run.artifact`): loading
+never unpickles a run's files, except for a run directory written before artifacts existed,
+and then only with ``trust=True``.
 """
 
 from __future__ import annotations
@@ -26,10 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from marl.envapi import make_vector_env
 from marl.policies import AgentLayout, MultiAgentPolicy
-from marl.run.checkpoint import CheckpointError, load_checkpoint, load_newest_checkpoint
-from marl.run.config import config_from_dict, load_run_config
+from marl.run.artifact import load_run_policy
 
 __all__ = ["TrainedPolicy", "load_policy"]
 
@@ -48,10 +51,13 @@ class TrainedPolicy:
         *,
         config: Any = None,
         seed: int = 0,
+        description: dict[str, Any] | None = None,
     ) -> None:
         self.policy = policy.eval()
         self.layout = layout
         self.config = config
+        #: the run's policy.json (None for a policy loaded from a trusted pickled checkpoint)
+        self.description = description
         self.device = next(policy.parameters()).device
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(seed))
@@ -149,25 +155,23 @@ def _note(message: str) -> None:
 
 
 def load_policy(
-    run_dir: str, device: str | torch.device = "cpu", checkpoint: str | None = None
+    run_dir: str,
+    device: str | torch.device = "cpu",
+    checkpoint: str | None = None,
+    *,
+    trust: bool = False,
 ) -> TrainedPolicy:
-    """The trained policy of run directory ``run_dir`` (its latest checkpoint, or the file
-    ``checkpoint``), on ``device``. Raises ValueError naming what is missing."""
+    """The trained policy of run directory ``run_dir`` (or of its ``policy/`` folder, copied
+    anywhere), on ``device``, from the run's policy artifact (:mod:`marl.run.artifact`): its
+    newest weights, or with ``checkpoint`` those of that checkpoint (``ckpt_40.pt`` or a path
+    to it: read as ``policy/weights_40.pt``; or a weights file). Nothing is unpickled: a run
+    directory written before policy artifacts (pickled checkpoints only) is loaded only with
+    ``trust=True``, which unpickles its checkpoint. Raises ValueError (one line) naming what
+    is missing."""
     try:
-        cfg = config_from_dict(load_run_config(run_dir))
+        loaded = load_run_policy(run_dir, device, checkpoint=checkpoint, trust=trust, warn=_note)
     except ValueError as exc:
-        raise ValueError(f"{run_dir!r} is not a run directory: {exc}") from None
-    try:
-        if checkpoint is not None:
-            ckpt = load_checkpoint(checkpoint, map_location=device)
-        else:  # the newest checkpoint that loads (a corrupt newer one is skipped, with a note)
-            ckpt, _, _ = load_newest_checkpoint(run_dir, device, warn=_note)
-    except FileNotFoundError:
-        raise ValueError(f"{run_dir!r}: no checkpoint at {checkpoint!r}") from None
-    except CheckpointError as exc:
-        raise ValueError(f"{run_dir!r}: {exc}") from None
-    vec = make_vector_env(cfg.env_fn, 1, cfg.env, autoreset=False)
-    layout = AgentLayout.from_env(vec)
-    policy = MultiAgentPolicy(layout, cfg.backbone, cfg.hidden_dim, cfg.activation).to(device)
-    policy.load_state_dict(ckpt["algo"]["policy"])
-    return TrainedPolicy(policy, layout, config=cfg)
+        raise ValueError(str(exc)) from None
+    return TrainedPolicy(
+        loaded.policy, loaded.layout, config=loaded.config, description=loaded.description
+    )

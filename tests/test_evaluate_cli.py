@@ -154,18 +154,27 @@ def test_checkpoint_option_and_fallback(run, tmp_path, capsys) -> None:
         2,
         128,
     )
-    assert "checkpoints/ckpt_2.pt (update 2" in capsys.readouterr().err
-    # a truncated newest checkpoint: reported, and the next older one is evaluated
+    err = capsys.readouterr().err
+    assert "checkpoints/ckpt_2.pt (update 2" in err and "weights policy/weights_2.pt" in err
+    # the pickled resume checkpoints are not what is read: a truncated one changes nothing
     newest = run / "checkpoints" / "ckpt_3.pt"
     newest.write_bytes(newest.read_bytes()[:100])
     figures, record = _evaluate(run, tmp_path, "--seeds", "7")
+    assert record["checkpoint"] == "checkpoints/ckpt_3.pt" and figures == _reference(run, [7])
+    # truncated newest policy weights: reported, and the next older ones are evaluated
+    for name in ("weights.pt", "weights_3.pt"):
+        path = run / "policy" / name
+        path.write_bytes(path.read_bytes()[:100])
+    figures, record = _evaluate(run, tmp_path, "--seeds", "7")
     err = capsys.readouterr().err
-    assert "ckpt_3.pt" in err and "could not be loaded" in err
+    assert "policy/weights.pt" in err and "policy/weights_3.pt" in err
+    assert "could not be loaded" in err
     assert figures == _reference(run, [7], checkpoint=str(older))
     assert record["checkpoint"] == "checkpoints/ckpt_2.pt"
-    # the file asked for is not replaced by another one
+    # the checkpoint asked for is not replaced by another one
     assert eval_main([str(run), "--checkpoint", str(newest)]) == 2
-    assert "error: --checkpoint" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("error: --checkpoint") and "weights_3.pt" in err
 
 
 def test_gif_and_device(run, tmp_path) -> None:

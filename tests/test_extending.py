@@ -81,3 +81,64 @@ def test_logit_penalty_hand_worked_and_in_the_metrics(registry):
     assert metrics["loss/logit"] > 0
     with pytest.raises(ValueError, match="logit-coef does not apply to --algo mappo"):
         parse_cli(["--logit-coef", "0.1", *TINY])
+
+
+MY_ALGO = """
+from dataclasses import dataclass
+from typing import ClassVar
+
+from marl.algos.base import config_field
+from marl.algos.mappo import MAPPO, MAPPOConfig
+
+
+@dataclass
+class HalfConfig(MAPPOConfig):
+    algo_name: ClassVar[str] = "mappo_half"
+    algo: str = config_field("mappo_half", "Algorithm.")
+    half_scale: float = config_field(0.5, "Scale of the mixed advantages.")
+
+
+class HalfMAPPO(MAPPO):
+    name: ClassVar[str] = "mappo_half"
+    config_class: ClassVar[type] = HalfConfig
+
+    def mix_and_whiten(self, team, individual, keys, mask=None):
+        raw, final = super().mix_and_whiten(team, individual, keys, mask)
+        return raw, self.cfg.half_scale * final
+"""
+
+
+def test_an_algorithm_in_its_own_file_is_reachable_by_module_path(tmp_path) -> None:
+    """``--algo my_half:HalfMAPPO`` (a file nobody imported) trains, and a fresh process's
+    load_policy and marl.evaluate find the algorithm again from config.yaml."""
+    import subprocess
+
+    import yaml
+
+    (tmp_path / "my_half.py").write_text(MY_ALGO)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT, f"{ROOT}/tests"])}
+    run = tmp_path / "run"
+    train = [sys.executable, "-m", "marl.train", "--algo", "my_half:HalfMAPPO"]
+    train += ["--half-scale", "0.25", *TINY, "--total-steps", "64", "--run-dir", str(run)]
+    done = subprocess.run(train, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["algo"] == "my_half:HalfMAPPO" and cfg["half_scale"] == 0.25
+    code = (
+        "import marl, sys; p = marl.load_policy(sys.argv[1]); "
+        "print(type(p.config).__name__, p.config.half_scale)"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code, str(run)], cwd=tmp_path, env=env, capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    assert loaded.stdout.split() == ["HalfConfig", "0.25"]
+    evaluate = [sys.executable, "-m", "marl.evaluate", str(run), "--episodes", "2"]
+    done = subprocess.run(evaluate, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    bad = subprocess.run(
+        [sys.executable, "-m", "marl.train", "--algo", "my_half:Nope", *TINY],
+        cwd=tmp_path, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "no Algorithm subclass named 'Nope'" in bad.stderr

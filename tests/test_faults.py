@@ -177,21 +177,27 @@ def test_truncated_latest_checkpoint_falls_back_and_matches_the_uninterrupted_ru
         torch.testing.assert_close(a[key], b[key])
 
 
-def test_evaluate_skips_a_corrupt_checkpoint(tmp_path, capsys):
+def test_evaluate_skips_corrupt_policy_weights(tmp_path, capsys):
+    """marl.evaluate reads the policy artifact (RUN/policy/), never the pickled checkpoints:
+    corrupt weights files are reported and the next older ones used."""
     run = tmp_path / "run"
     argv = [*TINY, "--run-dir", str(run), "--checkpoint-every", "1"]
     assert train_main([*argv, "--total-steps", str(3 * STEPS)]) == 0
-    Path(latest_path(str(run))).write_bytes(b"")  # truncated to nothing
+    for path in list_checkpoints(str(run)):
+        Path(path).write_bytes(b"junk")  # not read
+    (run / "policy" / "weights.pt").write_bytes(b"")  # truncated to nothing
+    (run / "policy" / "weights_3.pt").write_bytes(b"")
     capsys.readouterr()
     assert eval_main([str(run), "--episodes", "1"]) == 0
     captured = capsys.readouterr()
-    assert "ckpt_3.pt" in captured.err and "could not be loaded" in captured.err
+    assert "weights_3.pt" in captured.err and "could not be loaded" in captured.err
+    assert "checkpoints/ckpt_2.pt (update 2" in captured.err
     assert "success_rate" in captured.out
-    for path in list_checkpoints(str(run)):
-        Path(path).write_bytes(b"junk")
+    for path in (run / "policy").glob("weights*.pt"):
+        path.write_bytes(b"junk")
     assert eval_main([str(run)]) == 2
     err = capsys.readouterr().err
-    assert_error_line(err, "ckpt_2.pt", "ckpt_1.pt")
+    assert_error_line(err, "weights_2.pt", "weights_1.pt")
 
 
 def test_a_run_with_only_latest_pt_still_resumes(tmp_path):

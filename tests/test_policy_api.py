@@ -1,5 +1,6 @@
 """marl.load_policy on PettingZoo observation dicts, and marl.export's ONNX / TorchScript
-actors against it (same greedy actions and log-probabilities)."""
+actors against it (same greedy actions and log-probabilities; every backbone over whole
+episodes: tests/test_export_backbones.py)."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def test_exported_actors_match_load_policy(run, fmt, tmp_path):
             }
             if backbone == "gru":
                 h = hidden[t.name]
-                feed["h"] = np.zeros((len(rows), 64), np.float32) if h is None else h
+                feed["state_h"] = np.zeros((len(rows), 64), np.float32) if h is None else h
             out = runners[t.name](feed)
             logits = out[0]
             if backbone == "gru":
@@ -110,9 +111,9 @@ def _run_script(module, feed):
     return [x.numpy() for x in (out if isinstance(out, tuple) else (out,))]
 
 
-def test_export_rejects_mamba():
+def test_export_refuses_an_unknown_backbone():
     vec = multisearch_v0.vector_env(1)
     layout = AgentLayout.from_env(vec)
-    actor = MultiAgentPolicy(layout, "mamba", 16).actors["scout"]
-    with pytest.raises(ValueError, match="mlp and gru"):
-        ExportedActor(actor, "mamba")
+    actor = MultiAgentPolicy(layout, "mlp", 16).actors["scout"]
+    with pytest.raises(ValueError, match="mlp, gru, mamba, mamba2"):
+        ExportedActor(actor, "transformer")

@@ -58,7 +58,7 @@ class LogitMAPPO(MAPPO):
         )
 
 
-register_algorithm("mappo_logit", LogitMAPPO)
+register_algorithm(LogitMAPPO)  # --algo mappo_logit (its `name`)
 
 if __name__ == "__main__":
     from marl.run.train import main

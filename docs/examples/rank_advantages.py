@@ -62,7 +62,7 @@ class RankMAPPO(MAPPO):
         return raw, final
 
 
-register_algorithm("mappo_rank", RankMAPPO)
+register_algorithm(RankMAPPO)  # --algo mappo_rank (its `name`)
 
 if __name__ == "__main__":
     from marl.run.train import main

@@ -492,7 +492,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--total-steps 200000 --jobs 2 --out runs/calibration\n"
         "Values that start with '--' need '=': --common=--backbone=gru",
     )
-    p.add_argument("--algo", default="mappo", choices=("mappo", "grpo"), help="Algorithm.")
+    p.add_argument(
+        "--algo",
+        default="mappo",
+        help="Algorithm: mappo (default), grpo, a registered name or package.module:Class.",
+    )
     p.add_argument("--config", default=None, help="YAML train config shared by every run.")
     p.add_argument(
         "--variant",

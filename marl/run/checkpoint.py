@@ -6,7 +6,11 @@ Layout (docs/CONTRACTS.md section 4)::
     RUN_DIR/checkpoints/latest.pt          the newest of them (a hard link; a copy where the
                                            file system has no hard links), for older tools
 
-A checkpoint is a dict saved with ``torch.save``. :func:`save_checkpoint` never leaves a
+A checkpoint is a dict saved with ``torch.save`` (a pickle: the optimiser and RNG states, the
+whole algorithm state), read only by ``marl.train --resume`` of the run's own directory; the
+trained policy is also written apart, without pickles, as the run's policy artifact
+(``RUN_DIR/policy/``, :mod:`marl.run.artifact`), which is what ``marl.load_policy``,
+``marl.evaluate`` and ``marl.export`` read. :func:`save_checkpoint` never leaves a
 partially written file at its path: the bytes are serialised in memory, written to a temporary
 file in the same folder, fsynced, then renamed over the target, so a crash or a full disk
 keeps the previous checkpoint. A failed write raises ``OSError`` naming the checkpoint's path
@@ -46,7 +50,9 @@ __all__ = [
     "latest_path",
     "checkpoint_path",
     "list_checkpoints",
+    "numbered_checkpoints",
     "save_run_checkpoint",
+    "write_atomic_bytes",
     "load_newest_checkpoint",
     "lock_run_dir",
     "wait_for_run_dir",
@@ -73,7 +79,7 @@ def checkpoint_path(run_dir: str, update: int) -> str:
     return os.path.join(run_dir, "checkpoints", f"ckpt_{int(update)}.pt")
 
 
-def _numbered(run_dir: str) -> list[tuple[int, str]]:
+def numbered_checkpoints(run_dir: str) -> list[tuple[int, str]]:
     """(update, path) of the ``ckpt_<update>.pt`` files, newest first."""
     folder = os.path.join(run_dir, "checkpoints")
     try:
@@ -87,7 +93,7 @@ def _numbered(run_dir: str) -> list[tuple[int, str]]:
 def list_checkpoints(run_dir: str) -> list[str]:
     """The run's checkpoint files, newest first: ``ckpt_<update>.pt`` by update, then
     ``latest.pt`` when it is a file of its own (a run written before numbered checkpoints)."""
-    paths = [p for _, p in _numbered(run_dir)]
+    paths = [p for _, p in numbered_checkpoints(run_dir)]
     latest = latest_path(run_dir)
     if os.path.isfile(latest) and not any(_same_file(latest, p) for p in paths):
         paths.append(latest)
@@ -101,7 +107,7 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def _write_atomic(path: str, data: bytes | memoryview) -> None:
+def write_atomic_bytes(path: str, data: bytes | memoryview) -> None:
     """Write ``data`` to ``path`` atomically (tmp file in the same folder, fsync, rename).
     An ``OSError`` names ``path`` and leaves any previous file at ``path`` as it was."""
     folder = os.path.dirname(os.path.abspath(path))
@@ -130,7 +136,7 @@ def save_checkpoint(path: str, payload: dict[str, Any]) -> None:
     the same folder, fsync, replace); an ``OSError`` names ``path`` and keeps the old file."""
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    _write_atomic(path, buffer.getbuffer())
+    write_atomic_bytes(path, buffer.getbuffer())
 
 
 def _link_latest(run_dir: str, path: str) -> None:
@@ -163,8 +169,9 @@ def save_run_checkpoint(run_dir: str, update: int, payload: dict[str, Any], keep
     path = checkpoint_path(run_dir, update)
     save_checkpoint(path, payload)
     _link_latest(run_dir, path)
-    older = [(u, p) for u, p in _numbered(run_dir) if u < update]
-    stale = [p for u, p in _numbered(run_dir) if u > update] + [p for _, p in older[keep - 1 :]]
+    numbered = numbered_checkpoints(run_dir)
+    older = [(u, p) for u, p in numbered if u < update]
+    stale = [p for u, p in numbered if u > update] + [p for _, p in older[keep - 1 :]]
     for p in stale:
         with contextlib.suppress(FileNotFoundError):
             os.remove(p)
@@ -172,7 +179,10 @@ def save_run_checkpoint(run_dir: str, update: int, payload: dict[str, Any], keep
 
 
 def load_checkpoint(path: str, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load a checkpoint written by :func:`save_checkpoint` (trusted: our own run files)."""
+    """Load a checkpoint written by :func:`save_checkpoint`: an unpickling, which runs any code
+    the file names, so only for a run's own files (``--resume``, and ``marl.load_policy`` /
+    ``marl.evaluate`` / ``marl.export`` when told to trust a run written before policy
+    artifacts)."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no checkpoint at {path!r}")
     return torch.load(path, map_location=map_location, weights_only=False)

@@ -25,12 +25,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 import textwrap
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
 
-from marl.algos import ALGORITHMS, BaseConfig, GRPOConfig, MAPPOConfig
+from marl.algos import ALGORITHMS, BaseConfig, GRPOConfig, MAPPOConfig, resolve_algorithm
 from marl.algos.base import DEMO_MAX_TIME, ConfigError, whitener_from_config
 from marl.run.cli import StrictArgumentParser, closest_flag, option_strings
 from marl.run.runlog import add_wandb_arguments
@@ -110,9 +112,7 @@ def _changeable_flags() -> str:
 
 def config_class(algo: str) -> type[BaseConfig]:
     """The configuration class of algorithm ``algo``."""
-    if algo not in ALGORITHMS:
-        raise ConfigError(f"--algo: invalid value {algo!r}; allowed: {', '.join(ALGORITHMS)}")
-    return ALGORITHMS[algo].config_class
+    return resolve_algorithm(algo).config_class
 
 
 #: ``TrainConfig(algo=NAME, **fields)`` builds that algorithm's config (see
@@ -183,8 +183,10 @@ _FALSE = {"false", "no", "off", "0"}
 
 
 def _field_kind(name: str) -> tuple[type, bool]:
-    """(base type, optional) of a config field from its annotation string."""
-    ann = str(_all_fields()[name].type).replace(" ", "")
+    """(base type, optional) of a config field from its annotation (a string under
+    ``from __future__ import annotations``, else the type itself)."""
+    ann = _all_fields()[name].type
+    ann = (ann.__name__ if isinstance(ann, type) else str(ann)).replace(" ", "")
     optional = "None" in ann.split("|")
     base = ann.split("|")[0]
     return {"int": int, "float": float, "str": str, "bool": bool, "dict": dict}[base], optional
@@ -255,6 +257,8 @@ def config_from_dict(d: dict[str, Any], *, strict: bool = True) -> BaseConfig:
     """Build a validated config from a mapping (e.g. a run's config.yaml); unknown keys raise
     (``strict=False``: they are dropped)."""
     kwargs = {}
+    if isinstance(d.get("algo"), str) and ":" in d["algo"]:
+        resolve_algorithm(d["algo"])  # its own fields become known keys
     for key, value in d.items():
         name = str(key).replace("-", "_")
         if name not in _all_fields():
@@ -288,6 +292,8 @@ def load_config(path: str, *, what: str = "--config") -> dict[str, Any]:
         raise ConfigError(f"{what} {path!r}: not a text file ({exc.reason})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{what} {path!r}: expected a mapping at top level")
+    if isinstance(data.get("algo"), str) and ":" in data["algo"]:
+        resolve_algorithm(data["algo"])  # its own fields become known keys
     return {
         name: _coerce(name, value)
         for name, value in ((_known(k, f"--config {path!r}: "), v) for k, v in data.items())
@@ -314,7 +320,7 @@ def load_run_config(run_dir: str) -> dict[str, Any]:
 def validate_config(cfg: BaseConfig, explicit: frozenset[str] | set[str] | None = None) -> None:
     """Raise ConfigError naming the first invalid field and its allowed values, or an option
     that does not apply with the others (set in ``explicit`` or away from its default)."""
-    if cfg.algo != type(cfg).algo_name:
+    if cfg.algo != type(cfg).algo_name and config_class(cfg.algo) is not type(cfg):
         raise ConfigError(
             f"--algo {cfg.algo!r} does not match the config class {type(cfg).__name__}"
         )
@@ -408,7 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
         flags = ["--" + name.replace("_", "-")]
         if "_" in name:
             flags.append("--" + name)
-        choices = list(ALGORITHMS) if name == "algo" else f.metadata.get("choices")
+        # --algo: a registered name or package.module:Class (checked by config_class)
+        choices = None if name == "algo" else f.metadata.get("choices")
         help_text = f.metadata["help"] + f" [default: {_default_text(name)}]"
         if choices:
             help_text += f" {{{', '.join(choices)}}}"
@@ -455,6 +462,19 @@ def _parse_env_overrides(extra: list[str], flags: list[str]) -> dict[str, Any]:
     return out
 
 
+def _import_named_algorithm(argv: Sequence[str]) -> None:
+    """Register an ``--algo package.module:Class`` named on the command line before the parser
+    is built, so that its own options are flags."""
+    for i, token in enumerate(argv):
+        value = None
+        if token.startswith("--algo="):
+            value = token.split("=", 1)[1]
+        elif token == "--algo" and i + 1 < len(argv):
+            value = argv[i + 1]
+        if value and ":" in value:
+            resolve_algorithm(value)
+
+
 def parse_cli(argv: list[str] | None = None) -> BaseConfig:
     """Parse command-line arguments into a validated config of the chosen algorithm.
 
@@ -464,8 +484,10 @@ def parse_cli(argv: list[str] | None = None) -> BaseConfig:
     stored on the returned object as ``cfg._resume`` and the names of explicitly set fields
     (YAML or flags; env kwargs as "env") as ``cfg._explicit`` (attributes, not fields).
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _import_named_algorithm(argv)
     parser = build_parser()
-    ns, extra = parser.parse_known_args(list(argv) if argv is not None else None)
+    ns, extra = parser.parse_known_args(argv)
     explicit: dict[str, Any] = {}
     base: dict[str, Any] = {}
     keep = None

@@ -15,8 +15,12 @@ seed) so that it never disturbs the training RNG streams; ``deterministic=True``
 most likely action instead.
 
 ``python -m marl.evaluate RUN_DIR [--episodes N | --seeds 100-131] [--checkpoint FILE]
-[--device cpu|cuda|auto] [--gif PATH] [--deterministic] [--out PATH] [--update-run]``
-evaluates a run's policy with :func:`evaluate_policy` (the run's ``eval_repeats``) and writes
+[--trust-checkpoint] [--device cpu|cuda|auto] [--gif PATH] [--deterministic] [--out PATH]
+[--update-run]`` evaluates a run's policy, read from its policy artifact (``RUN_DIR/policy/``,
+:mod:`marl.run.artifact`: the newest weights, or with ``--checkpoint ckpt_N.pt`` the weights
+``policy/weights_N.pt`` of that checkpoint; no pickle is loaded unless
+``--trust-checkpoint`` for a run written before artifacts), with :func:`evaluate_policy`
+(the run's ``eval_repeats``) and writes
 the figures, with the checkpoint evaluated (``checkpoint``: its path relative to RUN_DIR,
 ``update``, ``env_steps``) and the episodes (``seeds``, ``n_episodes``, ``repeats``), to a new
 file ``RUN_DIR/eval_<checkpoint stem>_<YYYYmmdd-HHMMSS>.json`` (or ``--out PATH``). It leaves
@@ -43,14 +47,11 @@ import torch
 from marl.collect import EVAL_KEYS, ObsBatcher, PolicyActor, evaluate_episodes
 from marl.envapi import make_vector_env
 from marl.policies import AgentLayout, MultiAgentPolicy
-from marl.run.checkpoint import (
-    CheckpointError,
-    describe_checkpoint,
-    load_checkpoint,
-    load_newest_checkpoint,
-)
+from marl.run.artifact import PolicyArtifactError
+from marl.run.artifact import load_run_policy as load_artifact_policy
+from marl.run.checkpoint import describe_checkpoint
 from marl.run.cli import StrictArgumentParser
-from marl.run.config import MAX_SEED, ConfigError, config_from_dict, load_run_config
+from marl.run.config import MAX_SEED
 from marl.run.plots import write_gif
 
 __all__ = [
@@ -169,43 +170,25 @@ def load_run_policy(
     device: str | torch.device = "cpu",
     *,
     checkpoint: str | None = None,
+    trust: bool = False,
     warn: Any = _warn,
 ) -> tuple[MultiAgentPolicy, Any, dict]:
-    """(policy with the newest loadable checkpoint's weights, its config, the checkpoint's
-    dict with ``path``: the file it was loaded from).
+    """(the run's policy, its config, what was loaded: ``path`` the checkpoint whose weights
+    these are, ``weights`` the file read, ``update``, ``env_steps``), from the run's policy
+    artifact (:func:`marl.run.artifact.load_run_policy`: never a pickle unless ``trust``).
 
-    A checkpoint that fails to load is reported through ``warn`` by its file name and the next
-    older one is used (:func:`marl.run.checkpoint.load_newest_checkpoint`); ``checkpoint``: this
-    file instead, without fallback. :class:`ConfigError` when ``run_dir`` is not a run
-    directory, :class:`marl.run.checkpoint.CheckpointError` when no checkpoint loads."""
-    if not os.path.isfile(os.path.join(run_dir, "config.yaml")):
-        raise ConfigError(f"{run_dir!r} is not a run directory (no config.yaml in it)")
-    cfg = config_from_dict(load_run_config(run_dir))
-    if checkpoint is None:
-        ckpt, path, _ = load_newest_checkpoint(run_dir, warn=warn)
-    else:
-        path = checkpoint
-        try:
-            ckpt = load_checkpoint(path)
-        except Exception as exc:  # noqa: BLE001 - any failure to load is the user's answer
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            raise CheckpointError(
-                f"--checkpoint {path!r} could not be loaded ({type(exc).__name__}: {first})"
-            ) from exc
-        if not isinstance(ckpt, dict) or "algo" not in ckpt:
-            raise CheckpointError(f"--checkpoint {path!r} is not a training checkpoint")
-    vec = make_vector_env(cfg.env_fn, 1, cfg.env, autoreset=False)
-    policy = MultiAgentPolicy(
-        AgentLayout.from_env(vec), cfg.backbone, cfg.hidden_dim, cfg.activation
-    ).to(device)
-    try:
-        policy.load_state_dict(ckpt["algo"]["policy"])
-    except (KeyError, RuntimeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        msg = f"checkpoint {path} does not fit {run_dir}/config.yaml ({first})"
-        raise CheckpointError(msg) from exc
-    ckpt["path"] = path
-    return policy, cfg, ckpt
+    The newest weights; a weights file that fails to load is reported through ``warn`` and
+    the next newest is used. ``checkpoint``: that checkpoint's weights (a path, or a name in
+    RUN_DIR/checkpoints or RUN_DIR/policy), without fallback. Raises
+    :class:`marl.run.artifact.PolicyArtifactError` (one line) when nothing usable loads."""
+    loaded = load_artifact_policy(run_dir, device, checkpoint=checkpoint, trust=trust, warn=warn)
+    info = {
+        "path": loaded.checkpoint,
+        "weights": loaded.weights,
+        "update": loaded.update,
+        "env_steps": loaded.env_steps,
+    }
+    return loaded.policy, loaded.config, info
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -233,28 +216,18 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def _resolve_checkpoint(run_dir: str, name: str) -> str:
-    """``--checkpoint``: a path, else a name inside RUN_DIR or RUN_DIR/checkpoints."""
-    for path in (name, os.path.join(run_dir, name), os.path.join(run_dir, "checkpoints", name)):
-        if os.path.isfile(path):
-            return path
-    raise CheckpointError(
-        f"--checkpoint {name!r}: no such file (looked at it as a path, in {run_dir!r} and in "
-        f"{os.path.join(run_dir, 'checkpoints')!r})"
-    )
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m marl.evaluate`` argument parser."""
     p = StrictArgumentParser(
         prog="python -m marl.evaluate",
         allow_abbrev=False,
-        description="Evaluate a run's policy (its newest checkpoint that loads, or "
-        "--checkpoint FILE) with the trainer's evaluation (the run's eval_repeats episodes per "
+        description="Evaluate a run's policy (the newest weights of its policy artifact "
+        "RUN_DIR/policy/, or those of --checkpoint FILE; no pickled file is loaded unless "
+        "--trust-checkpoint) with the trainer's evaluation (the run's eval_repeats episodes per "
         "seed), print the figures and write them, with the checkpoint evaluated and the seeds, "
         "to a new file RUN_DIR/eval_<checkpoint stem>_<YYYYmmdd-HHMMSS>.json (or --out PATH); "
         "the path written is printed. RUN_DIR/eval.json, the run's own final evaluation that "
-        "marl.compare aggregates, is left unchanged unless --update-run. A checkpoint that "
+        "marl.compare aggregates, is left unchanged unless --update-run. A weights file that "
         "fails to load is reported and the next older one is used. Nothing here marks the run "
         "as finished (RUN_DIR/finished.json, written by marl.train, does). Exit status: 0 "
         "done, 2 bad input (an 'error:' line).",
@@ -279,8 +252,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint",
         default=None,
         metavar="FILE",
-        help="evaluate this checkpoint (a path, or a name in RUN_DIR/checkpoints such as "
-        "ckpt_40.pt) instead of the newest one that loads",
+        help="evaluate the policy of this checkpoint (a path, or a name in RUN_DIR/checkpoints "
+        "such as ckpt_40.pt: its weights RUN_DIR/policy/weights_40.pt are read, not the "
+        "pickled checkpoint) instead of the newest policy weights",
+    )
+    p.add_argument(
+        "--trust-checkpoint",
+        action="store_true",
+        help="allow loading a pickled checkpoint where the run has no policy weights for it "
+        "(runs written before RUN_DIR/policy/ existed): unpickling runs whatever code the "
+        "file names, so only for a run directory you trust",
     )
     p.add_argument(
         "--device",
@@ -355,11 +336,10 @@ def main(argv: list[str] | None = None) -> int:
     device = "cpu" if device == "auto" else device
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     try:
-        checkpoint = None
-        if args.checkpoint is not None:
-            checkpoint = _resolve_checkpoint(args.run_dir, args.checkpoint)
-        policy, cfg, ckpt = load_run_policy(args.run_dir, device, checkpoint=checkpoint)
-    except (ConfigError, CheckpointError) as exc:
+        policy, cfg, ckpt = load_run_policy(
+            args.run_dir, device, checkpoint=args.checkpoint, trust=args.trust_checkpoint
+        )
+    except PolicyArtifactError as exc:
         return _error(str(exc))
     if seeds_given is None:
         n = cfg.eval_episodes if args.episodes is None else args.episodes
@@ -369,8 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     deterministic = args.deterministic or cfg.eval_deterministic
     print(
         f"[marl.evaluate] {describe_checkpoint(args.run_dir, ckpt['path'])} (update "
-        f"{ckpt.get('update', '?')}, {ckpt.get('env_steps', '?')} env steps) on {len(seeds)} "
-        f"seeds x {cfg.eval_repeats} episodes, device {device}",
+        f"{ckpt.get('update', '?')}, {ckpt.get('env_steps', '?')} env steps; weights "
+        f"{os.path.relpath(ckpt['weights'], args.run_dir)}) on {len(seeds)} seeds x "
+        f"{cfg.eval_repeats} episodes, device {device}",
         file=sys.stderr,
         flush=True,
     )

@@ -2,9 +2,9 @@
 lock, and atomic writes.
 
 A run directory (docs/CONTRACTS.md section 4) holds ``config.yaml``, ``metrics.jsonl``,
-``eval.json``, ``checkpoints/``, ``plots/``, ``tb/``, ``episode.gif`` and, written last by a run
-that trained to its end, :data:`FINISHED_MARKER`. A training process holds ``RUN_DIR/.lock``
-(:func:`lock_run_dir`); ``marl.compare`` waits on it before it resumes a run
+``eval.json``, ``checkpoints/``, ``policy/``, ``plots/``, ``tb/``, ``episode.gif`` and, written
+last by a run that trained to its end, :data:`FINISHED_MARKER`. A training process holds
+``RUN_DIR/.lock`` (:func:`lock_run_dir`); ``marl.compare`` waits on it before it resumes a run
 (:func:`wait_for_run_dir`). Importing this module is cheap: ``marl.compare`` uses it without
 loading the trainer.
 """

@@ -22,6 +22,11 @@ the newest checkpoint that loads) before it writes anything; SIGINT and SIGTERM 
 update, write a checkpoint and exit :data:`EXIT_INTERRUPTED`; the last K checkpoints are kept;
 file-system faults are ``error:`` lines (rc 2) naming the path and the cause.
 
+Every checkpoint also writes the run's policy artifact, ``RUN_DIR/policy/`` (the policy's
+weights without pickles and a JSON description, :mod:`marl.run.artifact`), which the end of the
+run rewrites with the final evaluation; ``marl.load_policy``, ``marl.evaluate`` and
+``marl.export`` read that, and only ``--resume`` reads the pickled checkpoints.
+
 A run that trains to its end writes ``RUN_DIR/finished.json`` (:data:`FINISHED_MARKER`) last,
 after eval.json, plots and GIF; starting or resuming a run removes it first. It is what
 ``marl.compare`` takes as "finished" (``python -m marl.evaluate`` writes its own file and never
@@ -54,11 +59,12 @@ import torch
 import yaml
 from tqdm import tqdm
 
-from marl.algos import ALGORITHMS, Algorithm, register_algorithm
+from marl.algos import ALGORITHMS, Algorithm, register_algorithm, resolve_algorithm
 from marl.collect import BaselineActor, evaluate_episodes
 from marl.core.losses import NonFiniteError
 from marl.envapi import make_vector_env
 from marl.run import distributed
+from marl.run.artifact import write_policy_artifact
 from marl.run.checkpoint import (
     DEFAULT_KEEP,
     CheckpointError,
@@ -116,10 +122,8 @@ __all__ = [
 
 
 def get_algorithm(name: str) -> type[Algorithm]:
-    """The algorithm class registered as ``name``."""
-    if name not in ALGORITHMS:
-        raise ConfigError(f"--algo: unknown algorithm {name!r}; allowed: {', '.join(ALGORITHMS)}")
-    return ALGORITHMS[name]
+    """The algorithm ``--algo name`` names (:func:`marl.algos.resolve_algorithm`)."""
+    return resolve_algorithm(name)
 
 
 def _init_distributed(cfg: BaseConfig) -> distributed.DistContext:
@@ -267,8 +271,18 @@ def _baseline_rows(cfg: BaseConfig, seeds: list[int]) -> dict[str, dict[str, Any
     return rows
 
 
-def _finish(algo, cfg: BaseConfig, run_dir: str, rows: list[dict] | None) -> dict[str, Any]:
-    """Final evaluation, eval.json, plots, GIF and the table (rank 0)."""
+def _finish(
+    algo,
+    cfg: BaseConfig,
+    run_dir: str,
+    rows: list[dict] | None,
+    *,
+    update: int = 0,
+    env_steps: int = 0,
+    provenance_record: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Final evaluation, eval.json, the policy artifact with it (policy/), plots, GIF and the
+    table (rank 0)."""
     episodes = cfg.final_eval_episodes or cfg.eval_episodes
     seeds = list(range(cfg.eval_seed, cfg.eval_seed + episodes))
     result = evaluate_policy(
@@ -280,6 +294,15 @@ def _finish(algo, cfg: BaseConfig, run_dir: str, rows: list[dict] | None) -> dic
         repeats=cfg.eval_repeats,
     )
     _write_json(os.path.join(run_dir, "eval.json"), result)
+    write_policy_artifact(
+        run_dir,
+        algo.policy,
+        cfg,
+        update=update,
+        env_steps=env_steps,
+        provenance=provenance_record,
+        evaluation=result,
+    )
     if cfg.plots:
         metrics_rows = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
         title = f"{cfg.algo} / {cfg.backbone} / seed {cfg.seed}"
@@ -315,7 +338,7 @@ def _finish(algo, cfg: BaseConfig, run_dir: str, rows: list[dict] | None) -> dic
 #: The files and folders a run writes in its directory: a directory holding any of them is a
 #: run (and is refused as the --run-dir of a new run without --overwrite).
 RUN_FILES = ("config.yaml", "metrics.jsonl", "eval.json", "episode.gif", FINISHED_MARKER)
-RUN_FOLDERS = ("checkpoints", "tb", "plots")
+RUN_FOLDERS = ("checkpoints", "policy", "tb", "plots")
 
 
 def run_dir_contents(run_dir: str) -> list[str]:
@@ -495,7 +518,7 @@ def train(
                 if os.path.exists(os.path.join(run_dir, stale)):
                     os.remove(os.path.join(run_dir, stale))
             if not resume:
-                for stale_dir in ("tb", "checkpoints", "plots"):
+                for stale_dir in ("tb", "checkpoints", "policy", "plots"):
                     shutil.rmtree(os.path.join(run_dir, stale_dir), ignore_errors=True)
             _write_text(
                 os.path.join(run_dir, "config.yaml"),
@@ -624,6 +647,21 @@ def _train_loop(
         logger.flush()  # the TensorBoard events up to this update are on disk first
         saved["path"] = save_run_checkpoint(run_dir, path_update, payload, keep)
         saved["update"] = path_update
+        # the policy apart from the resume state (no pickle), so that an interrupted run can
+        # be evaluated and exported too
+        write_policy_artifact(
+            run_dir,
+            algo.policy,
+            cfg,
+            update=path_update,
+            env_steps=env_steps,
+            provenance=history[-1],
+        )
+
+    if is_main and resume:  # the artifact of the timeline resumed (no final evaluation yet)
+        write_policy_artifact(
+            run_dir, algo.policy, cfg, update=update, env_steps=env_steps, provenance=history[-1]
+        )
 
     # SIGINT (Ctrl-C) and SIGTERM (schedulers, timeout, marl.compare): finish the update,
     # write a checkpoint, exit EXIT_INTERRUPTED. A second SIGINT stops at once; repeated
@@ -767,7 +805,19 @@ def _train_loop(
                 )
             return None
         stop["finishing"] = True
-        result = _finish(algo, cfg, run_dir, None) if is_main else {}
+        result = (
+            _finish(
+                algo,
+                cfg,
+                run_dir,
+                None,
+                update=update,
+                env_steps=env_steps,
+                provenance_record=history[-1],
+            )
+            if is_main
+            else {}
+        )
         if is_main:  # last: everything a finished run holds is written
             _write_json(
                 os.path.join(run_dir, FINISHED_MARKER),
