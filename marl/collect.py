@@ -23,6 +23,7 @@ Buffer shapes (T steps, E envs, n_k agents of type k, N agents, S state size, K 
 
 from __future__ import annotations
 
+import math
 import pickle
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -35,7 +36,7 @@ from torch import Tensor
 
 from envs.diversity import grouped_pairwise_jaccard
 from marl.envapi import VectorEnv, make_vector_env, resolve_env_fn
-from marl.policies import AgentLayout, MultiAgentPolicy, neg_gumbel_noise
+from marl.policies import AgentLayout, MaskedCategorical, MultiAgentPolicy, neg_gumbel_noise
 
 __all__ = [
     "make_vector_env",
@@ -711,7 +712,12 @@ class BaselineActor:
 class PolicyActor:
     """A trained :class:`MultiAgentPolicy` as an :data:`ActFn`: it carries the recurrent
     state of ``num_envs`` envs from their first step on (a fresh actor per set of episodes)
-    and sums the policy's entropy over the agents' steps in running episodes."""
+    and sums the policy's entropy over the agents' steps in running episodes.
+
+    ``temperature``: actions are sampled from ``softmax(logits / temperature)`` over the
+    allowed actions (1: the policy's own distribution; the entropy summed is that of the
+    distribution sampled from). Greedy actions (``deterministic``) ignore no temperature: the
+    two exclude each other."""
 
     def __init__(
         self,
@@ -720,9 +726,15 @@ class PolicyActor:
         num_envs: int,
         *,
         deterministic: bool = False,
+        temperature: float = 1.0,
         seed: int = 0,
         device: torch.device | str | None = None,
     ) -> None:
+        if not temperature > 0 or not math.isfinite(temperature):
+            raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
+        if deterministic and temperature != 1.0:
+            raise ValueError("greedy actions (deterministic) take no sampling temperature")
+        self.temperature = float(temperature)
         self.policy, self.deterministic, self.num_envs = policy, deterministic, num_envs
         self.device = next(policy.parameters()).device if device is None else torch.device(device)
         self.batcher = ObsBatcher(layout, self.device)
@@ -742,6 +754,8 @@ class PolicyActor:
         actions = {}
         for name, actor in self.policy.actors.items():
             dist, self.state[name] = actor.step(obs_t[name], mask_t[name], self.state[name], reset)
+            if self.temperature != 1.0:
+                dist = MaskedCategorical(dist.logits / self.temperature, mask_t[name])
             if self.deterministic:
                 actions[name] = dist.mode()
             else:

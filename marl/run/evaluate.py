@@ -72,12 +72,14 @@ def evaluate_policy(
     seeds: Sequence[int],
     *,
     deterministic: bool = False,
+    temperature: float = 1.0,
     device: torch.device | str | None = None,
     repeats: int = 1,
 ) -> dict[str, Any]:
     """Run ``repeats`` episodes per seed (all in one vector env,
     :func:`marl.collect.evaluate_episodes`) and summarise (see the module doc), with
-    ``entropy``: the policy's mean per-step entropy over the agents' steps (nats);
+    ``entropy``: the mean per-step entropy over the agents' steps (nats) of the distribution
+    the actions were sampled from (``temperature``: ``softmax(logits / temperature)``);
     ``device``: where observations go (default: the policy's device)."""
     seeds = [int(s) for s in seeds]
     if not seeds:
@@ -88,6 +90,7 @@ def evaluate_policy(
         AgentLayout.from_env(vec),
         len(seeds) * repeats,
         deterministic=deterministic,
+        temperature=temperature,
         seed=seeds[0],
         device=device,
     )
@@ -99,6 +102,7 @@ def evaluate_policy(
         policy.train(was_training)
     out["entropy"] = actor.mean_entropy
     out["deterministic"] = bool(deterministic)
+    out["temperature"] = float(temperature)
     return out
 
 
@@ -277,6 +281,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--deterministic", action="store_true", help="greedy actions")
     p.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        metavar="T",
+        help="sample actions from softmax(logits / T) (default 1: the policy's own "
+        "distribution; > 1 more random, < 1 greedier); not with --deterministic",
+    )
+    p.add_argument(
         "--out",
         default=None,
         metavar="PATH",
@@ -324,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
         return _error(f"{args.run_dir!r} is not a directory")
     if args.episodes is not None and args.episodes < 1:
         return _error(f"--episodes must be >= 1, got {args.episodes}")
+    if not (args.temperature > 0 and math.isfinite(args.temperature)):
+        return _error(f"--temperature must be a finite number > 0, got {args.temperature}")
+    if args.deterministic and args.temperature != 1.0:
+        return _error("--temperature applies to sampled actions: not with --deterministic")
     seeds_given = None
     if args.seeds is not None:
         try:
@@ -346,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
         seeds = list(range(cfg.eval_seed, cfg.eval_seed + n))
     else:
         seeds = seeds_given
-    deterministic = args.deterministic or cfg.eval_deterministic
+    # a run that evaluates greedily samples when asked for a temperature
+    deterministic = args.deterministic or (cfg.eval_deterministic and args.temperature == 1.0)
     print(
         f"[marl.evaluate] {describe_checkpoint(args.run_dir, ckpt['path'])} (update "
         f"{ckpt.get('update', '?')}, {ckpt.get('env_steps', '?')} env steps; weights "
@@ -356,7 +373,13 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     result = evaluate_policy(
-        policy, cfg.env_fn, cfg.env, seeds, deterministic=deterministic, repeats=cfg.eval_repeats
+        policy,
+        cfg.env_fn,
+        cfg.env,
+        seeds,
+        deterministic=deterministic,
+        temperature=args.temperature,
+        repeats=cfg.eval_repeats,
     )
     # what was evaluated, beside the figures (seeds and n_episodes come with them)
     record = {
