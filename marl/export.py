@@ -58,6 +58,7 @@ from torch import Tensor, nn
 
 from marl.policies import MASK_LOGIT, TypeActor
 from marl.policy_api import TrainedPolicy, load_policy
+from marl.run.artifact import TRUST_CHECKPOINT_HELP
 from marl.run.cli import StrictArgumentParser
 
 __all__ = [
@@ -289,9 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--trust-checkpoint",
         action="store_true",
-        help="allow loading a pickled checkpoint where the run has no policy weights for it "
-        "(runs written before RUN_DIR/policy/ existed): unpickling runs whatever code the "
-        "file names, so only for a run directory you trust",
+        help=TRUST_CHECKPOINT_HELP,
     )
     args = p.parse_args(argv)
     try:

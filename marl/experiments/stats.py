@@ -376,6 +376,21 @@ class RunData:
         return self.eval is not None
 
 
+def _json_object(path: str) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when the file does not exist. Malformed JSON or
+    another top-level type raises ValueError naming the file."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as fh:
+            loaded = json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(loaded).__name__}")
+    return loaded
+
+
 def load_run(run_dir: str | os.PathLike[str]) -> RunData:
     """Read ``eval.json``, ``metrics.jsonl`` (or, without it, ``metrics.jsonl.gz``) and
     ``config.yaml`` of a run directory.
@@ -386,16 +401,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
     """
     run_dir = os.fspath(run_dir)
     data = RunData(run_dir=run_dir)
-    eval_path = os.path.join(run_dir, "eval.json")
-    if os.path.isfile(eval_path):
-        try:
-            with open(eval_path) as fh:
-                loaded = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{eval_path}: not valid JSON ({exc})") from exc
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{eval_path}: expected a JSON object, got {type(loaded).__name__}")
-        data.eval = loaded
+    data.eval = _json_object(os.path.join(run_dir, "eval.json"))
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.isfile(metrics_path) and os.path.isfile(metrics_path + ".gz"):
         metrics_path += ".gz"  # a run kept in the repository (benchmarks/persist_runs.sh)
@@ -415,14 +421,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
                     data.records.append(row)
                 else:
                     data.bad_lines += 1
-    marker_path = os.path.join(run_dir, "finished.json")
-    if os.path.isfile(marker_path):
-        try:
-            with open(marker_path) as fh:
-                marker = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{marker_path}: not valid JSON ({exc})") from exc
-        data.marker = marker if isinstance(marker, dict) else None
+    data.marker = _json_object(os.path.join(run_dir, "finished.json"))
     config_path = os.path.join(run_dir, "config.yaml")
     if os.path.isfile(config_path):
         import yaml

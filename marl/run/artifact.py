@@ -97,6 +97,13 @@ TRUST_HINT = (
     "(marl.evaluate / marl.export: --trust-checkpoint) only for a run directory you trust"
 )
 
+#: The help of ``--trust-checkpoint`` (marl.evaluate, marl.export).
+TRUST_CHECKPOINT_HELP = (
+    "allow loading a pickled checkpoint where the run has no policy weights for it (runs "
+    "written before RUN_DIR/policy/ existed): unpickling runs whatever code the file names, "
+    "so only for a run directory you trust"
+)
+
 
 class PolicyArtifactError(ValueError):
     """A policy artifact (or a checkpoint asked for) that cannot be used; one line."""

@@ -47,7 +47,7 @@ import torch
 from marl.collect import EVAL_KEYS, ObsBatcher, PolicyActor, evaluate_episodes
 from marl.envapi import make_vector_env
 from marl.policies import AgentLayout, MultiAgentPolicy
-from marl.run.artifact import PolicyArtifactError
+from marl.run.artifact import TRUST_CHECKPOINT_HELP, PolicyArtifactError
 from marl.run.artifact import load_run_policy as load_artifact_policy
 from marl.run.checkpoint import describe_checkpoint
 from marl.run.cli import StrictArgumentParser
@@ -263,9 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--trust-checkpoint",
         action="store_true",
-        help="allow loading a pickled checkpoint where the run has no policy weights for it "
-        "(runs written before RUN_DIR/policy/ existed): unpickling runs whatever code the "
-        "file names, so only for a run directory you trust",
+        help=TRUST_CHECKPOINT_HELP,
     )
     p.add_argument(
         "--device",
