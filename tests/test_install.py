@@ -103,5 +103,7 @@ def test_fresh_venv_without_extras(tmp_path) -> None:
     tiny += ["--plots", "false", "--gif", "false", "--env.grid_size", "8"]
     run(str(bin_dir / "coopsearch-train"), *tiny, "--run-dir", str(run_dir), timeout=600)
     assert (run_dir / "finished.json").is_file()
-    run(str(bin_dir / "coopsearch-evaluate"), str(run_dir), "--seeds", "5")
-    assert json.loads((run_dir / "eval.json").read_text())["seeds"] == [5]
+    trained = (run_dir / "eval.json").read_bytes()
+    run(str(bin_dir / "coopsearch-evaluate"), str(run_dir), "--seeds", "5", "--out", "e.json")
+    assert json.loads((work / "e.json").read_text())["seeds"] == [5]
+    assert (run_dir / "eval.json").read_bytes() == trained  # the trainer's, left alone

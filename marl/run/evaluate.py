@@ -79,7 +79,8 @@ def evaluate_policy(
     """Run ``repeats`` episodes per seed (all in one vector env,
     :func:`marl.collect.evaluate_episodes`) and summarise (see the module doc), with
     ``entropy``: the mean per-step entropy over the agents' steps (nats) of the distribution
-    the actions were sampled from (``temperature``: ``softmax(logits / temperature)``);
+    the actions were sampled from (``temperature``: ``softmax(logits / temperature)``,
+    recorded as ``temperature`` when not 1);
     ``device``: where observations go (default: the policy's device)."""
     seeds = [int(s) for s in seeds]
     if not seeds:
@@ -102,7 +103,8 @@ def evaluate_policy(
         policy.train(was_training)
     out["entropy"] = actor.mean_entropy
     out["deterministic"] = bool(deterministic)
-    out["temperature"] = float(temperature)
+    if temperature != 1.0:  # recorded where it changes the figures (not in every metrics row)
+        out["temperature"] = float(temperature)
     return out
 
 
