@@ -52,7 +52,7 @@ from marl.run.artifact import load_run_policy as load_artifact_policy
 from marl.run.checkpoint import describe_checkpoint
 from marl.run.cli import StrictArgumentParser
 from marl.run.config import MAX_SEED
-from marl.run.plots import write_gif
+from marl.run.plots import headless_rendering, write_gif
 
 __all__ = [
     "evaluate_policy",
@@ -125,29 +125,32 @@ def record_episode(
     """
     if device is None:
         device = next(policy.parameters()).device
-    vec = make_vector_env(env_fn, 1, {**env_kwargs, "render_mode": "rgb_array"}, autoreset=False)
-    if not hasattr(vec, "render"):
-        return []
-    layout = AgentLayout.from_env(vec)
-    batcher = ObsBatcher(layout, device)
-    obs, _ = vec.reset(seed=[int(seed)])
-    state = policy.initial_state(1)
-    reset = torch.ones(1, dtype=torch.bool, device=device)
-    gen = torch.Generator(device=device)
-    gen.manual_seed(int(seed))
-    frames = [np.asarray(vec.render(0))]
-    for _ in range(int(getattr(vec, "max_cycles", 10_000))):
-        obs_t, mask_t = batcher(obs)
-        actions, _, state = policy.act(
-            obs_t, mask_t, state, reset, deterministic=deterministic, generator=gen
+    with headless_rendering():  # an env that draws with SDL (pygame) needs no display
+        vec = make_vector_env(
+            env_fn, 1, {**env_kwargs, "render_mode": "rgb_array"}, autoreset=False
         )
-        reset = torch.zeros(1, dtype=torch.bool, device=device)
-        obs, _, terms, truncs, _ = vec.step(batcher.actions_to_env(actions))
-        frames.append(np.asarray(vec.render(0)))
-        a0 = layout.agents[0]
-        if bool(np.asarray(terms[a0])[0]) or bool(np.asarray(truncs[a0])[0]):
-            break
-    return frames
+        if not hasattr(vec, "render"):
+            return []
+        layout = AgentLayout.from_env(vec)
+        batcher = ObsBatcher(layout, device)
+        obs, _ = vec.reset(seed=[int(seed)])
+        state = policy.initial_state(1)
+        reset = torch.ones(1, dtype=torch.bool, device=device)
+        gen = torch.Generator(device=device)
+        gen.manual_seed(int(seed))
+        frames = [np.asarray(vec.render(0))]
+        for _ in range(int(getattr(vec, "max_cycles", 10_000))):
+            obs_t, mask_t = batcher(obs)
+            actions, _, state = policy.act(
+                obs_t, mask_t, state, reset, deterministic=deterministic, generator=gen
+            )
+            reset = torch.zeros(1, dtype=torch.bool, device=device)
+            obs, _, terms, truncs, _ = vec.step(batcher.actions_to_env(actions))
+            frames.append(np.asarray(vec.render(0)))
+            a0 = layout.agents[0]
+            if bool(np.asarray(terms[a0])[0]) or bool(np.asarray(truncs[a0])[0]):
+                break
+        return frames
 
 
 def _fmt(v: Any) -> str:

@@ -4,17 +4,22 @@
   explained variance against environment steps (from metrics.jsonl);
 - ``plots/advantages.png``: histograms of the last update's advantages before and after
   whitening, one panel per agent type;
-- ``episode.gif``: frames of one evaluation episode.
+- ``episode.gif``: frames of one evaluation episode, drawn under :func:`headless_rendering`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["plot_learning_curves", "plot_advantage_histograms", "write_gif"]
+__all__ = ["headless_rendering", "plot_learning_curves", "plot_advantage_histograms", "write_gif"]
+
+#: SDL's drivers that need no display and no sound device (``rgb_array`` frames are drawn all
+#: the same); a variable the caller set is kept
+HEADLESS_SDL = {"SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy"}
 
 CURVES = (
     ("episode/success", "success (train episodes)"),
@@ -86,6 +91,23 @@ def plot_advantage_histograms(
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+@contextlib.contextmanager
+def headless_rendering() -> Iterator[None]:
+    """Draw ``rgb_array`` frames without a display: SDL (pygame, which Gymnasium's classic
+    control and many PettingZoo envs draw with) on its dummy video and audio drivers inside the
+    block, unless ``SDL_VIDEODRIVER`` / ``SDL_AUDIODRIVER`` are set. Without it SDL looks for a
+    display, and on a machine without one prints ``error: XDG_RUNTIME_DIR is invalid or not set
+    in the environment.`` although the frames are drawn. Env worker processes started inside
+    the block inherit the setting."""
+    added = {k: v for k, v in HEADLESS_SDL.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 def write_gif(frames: Sequence[np.ndarray], path: str, fps: int = 8) -> str | None:

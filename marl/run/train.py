@@ -9,6 +9,12 @@ Without arguments it is the demo: MAPPO on the small multisearch preset for
 ``DEMO_MAX_TIME`` seconds on the CPU, then the evaluation table next to the scripted heuristic
 and the random policy, plots and a GIF.
 
+The budget is the first of ``--total-steps``, ``--max-time`` and ``--max-cpu-time`` reached
+(``max_time = DEMO_MAX_TIME`` when none is given: :func:`resolve_budget`, so that config.yaml
+records the budget the run trains for). The time budgets do not count numba's compilation of a
+kernel on its first use (:mod:`marl.run.compile_clock`: one line per kernel family says it is
+compiling; numba caches the kernels, so a later run loads them instead).
+
 Algorithms are looked up in :data:`marl.algos.ALGORITHMS` (name -> class); each implements
 :class:`marl.algos.base.Algorithm` (``iteration``, ``state_dict``, ``load_state_dict``,
 ``policy``, ``layout``) and declares its options in its ``config_class``.
@@ -30,7 +36,9 @@ run rewrites with the final evaluation; ``marl.load_policy``, ``marl.evaluate`` 
 A run that trains to its end writes ``RUN_DIR/finished.json`` (:data:`FINISHED_MARKER`) last,
 after eval.json, plots and GIF; starting or resuming a run removes it first. It is what
 ``marl.compare`` takes as "finished" (``python -m marl.evaluate`` writes its own file and never
-the marker; with ``--update-run`` it also rewrites eval.json).
+the marker; with ``--update-run`` it also rewrites eval.json). ``--resume`` of a finished run
+whose budget is not raised past the work finished.json records says so in one line and exits
+0, every file left as it was.
 
 ``--wandb`` (and ``--wandb-project``, ``--wandb-entity``, ``--wandb-run-name``,
 ``--wandb-mode``): train flags outside the config, like ``--keep-checkpoints``; they add W&B
@@ -76,6 +84,7 @@ from marl.run.checkpoint import (
     save_run_checkpoint,
     set_rng_state,
 )
+from marl.run.compile_clock import compile_clock
 from marl.run.config import (
     DEMO_MAX_TIME,
     EXIT_INTERRUPTED,
@@ -86,7 +95,12 @@ from marl.run.config import (
     parse_cli,
 )
 from marl.run.evaluate import evaluate_policy, format_table, record_episode
-from marl.run.plots import plot_advantage_histograms, plot_learning_curves, write_gif
+from marl.run.plots import (
+    headless_rendering,
+    plot_advantage_histograms,
+    plot_learning_curves,
+    write_gif,
+)
 from marl.run.provenance import provenance
 from marl.run.rundir import FINISHED_MARKER
 from marl.run.runlog import (
@@ -118,6 +132,7 @@ __all__ = [
     "run_dir_contents",
     "train",
     "main",
+    "resolve_budget",
 ]
 
 
@@ -133,15 +148,24 @@ def _init_distributed(cfg: BaseConfig) -> distributed.DistContext:
     return distributed.init_distributed(device=device)
 
 
+def resolve_budget(cfg: BaseConfig) -> None:
+    """The demo budget, ``max_time = DEMO_MAX_TIME``, when none of ``total_steps``, ``max_time``
+    and ``max_cpu_time`` is set: :func:`train` resolves it first, so that config.yaml, the
+    checkpoints and finished.json record the budget the run trains for."""
+    if cfg.total_steps is None and cfg.max_time is None and cfg.max_cpu_time is None:
+        cfg.max_time = DEMO_MAX_TIME
+
+
 class _Budget:
-    """Progress in [0, 1]: the largest of step, wall-time and CPU-time progress."""
+    """Progress in [0, 1]: the largest of step, wall-time and CPU-time progress (of a budget
+    resolved by :func:`resolve_budget`)."""
 
     def __init__(self, cfg: BaseConfig) -> None:
         self.total_steps = cfg.total_steps
         self.max_time = cfg.max_time
         self.max_cpu_time = cfg.max_cpu_time
         if self.total_steps is None and self.max_time is None and self.max_cpu_time is None:
-            self.max_time = DEMO_MAX_TIME
+            raise ValueError("no budget: resolve_budget(cfg) first")
 
     def progress(self, env_steps: int, elapsed: float, cpu: float) -> float:
         """``elapsed``: wall seconds of training so far; ``cpu``: CPU seconds so far."""
@@ -153,6 +177,19 @@ class _Budget:
         if self.max_cpu_time is not None:
             p = max(p, cpu / self.max_cpu_time)
         return p
+
+    def describe(self) -> str:
+        """The budget as flags, e.g. ``--total-steps 4000 --max-time 180``."""
+        limits = (
+            ("--total-steps", self.total_steps),
+            ("--max-time", self.max_time),
+            ("--max-cpu-time", self.max_cpu_time),
+        )
+        return " ".join(
+            f"{flag} {int(value) if float(value).is_integer() else value}"
+            for flag, value in limits
+            if value is not None
+        )
 
     def bar_total(self) -> tuple[float, str]:
         """What the progress bar counts: (its total, its unit: 'step', 's' or 'cpu s')."""
@@ -318,9 +355,14 @@ def _finish(
             )
     if cfg.gif:
         try:
-            frames = record_episode(
-                algo.policy, cfg.env_fn, cfg.env, seeds[0], deterministic=cfg.eval_deterministic
-            )
+            with headless_rendering():
+                frames = record_episode(
+                    algo.policy,
+                    cfg.env_fn,
+                    cfg.env,
+                    seeds[0],
+                    deterministic=cfg.eval_deterministic,
+                )
             write_gif(frames, os.path.join(run_dir, "episode.gif"))
         except Exception as exc:  # noqa: BLE001 - a GIF failure must not lose the run
             print(f"[marl.run.train] episode.gif not written: {exc}", file=sys.stderr)
@@ -439,6 +481,11 @@ def train(
     :data:`marl.run.checkpoint.DEFAULT_KEEP`). ``wandb``: also log to Weights & Biases
     (default ``cfg._wandb`` from ``--wandb``; a resumed run continues its W&B run).
     """
+    resolve_budget(cfg)
+    if resume and cfg.run_dir is not None:
+        finished = _finished_within_budget(cfg, cfg.run_dir)
+        if finished is not None:
+            return finished
     if wandb is None:
         wandb = getattr(cfg, "_wandb", None)
     if wandb is not None:
@@ -453,6 +500,7 @@ def train(
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: CUDA is not available here; allowed here: cpu, auto")
     configure_process(cfg)
+    compile_clock()  # from here on numba's compilations are announced and timed
     ctx = _init_distributed(cfg)
     is_main = ctx.is_main
     # default: up to 2 threads per process, the cores shared among torchrun's local ranks
@@ -539,6 +587,36 @@ def train(
             wandb_resume_id=ckpt.get("wandb_run_id") if ckpt is not None else None,
             earlier_provenance=ckpt.get("provenance") if ckpt is not None else None,
         )
+
+
+def _finished_within_budget(cfg: BaseConfig, run_dir: str) -> dict[str, Any] | None:
+    """``--resume`` of a run that finished (finished.json) within the budget it is given now:
+    one line saying so and the run's final evaluation (eval.json; {} without one), every file
+    left as it is; None when the run is unfinished or the budget is larger."""
+    try:
+        with open(os.path.join(run_dir, FINISHED_MARKER)) as fh:
+            marker = json.load(fh)
+        env_steps, time_s = int(marker["env_steps"]), float(marker["time_s"])
+        cpu_s = float(marker.get("cpu_s", time_s))  # markers from before --max-cpu-time
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # unfinished, or a damaged marker: the resume rewrites it
+    budget = _Budget(cfg)
+    if budget.progress(env_steps, time_s, cpu_s) < 1.0:
+        return None
+    if os.environ.get("RANK", "0") == "0":  # under torchrun: rank 0 says it
+        print(
+            f"[marl.train] {run_dir} finished at {env_steps} env steps ({time_s:.0f} s, "
+            f"{cpu_s:.0f} CPU s), which spends its budget {budget.describe()}: nothing to do, "
+            "nothing written; give a larger --total-steps, --max-time or --max-cpu-time to "
+            "continue ('none' lifts a limit)",
+            file=sys.stderr,
+            flush=True,
+        )
+    try:
+        with open(os.path.join(run_dir, "eval.json")) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return {}
 
 
 def _finished_record(
@@ -635,7 +713,7 @@ def _train_loop(
             "algo": algo.state_dict(),
             "update": path_update,
             "env_steps": env_steps,
-            "elapsed": elapsed_before + (time.perf_counter() - t_start),
+            "elapsed": elapsed_now(),
             "cpu_elapsed": cpu_now(),
             "rng": rng_state(),
             "config": config_to_dict(cfg),
@@ -714,18 +792,28 @@ def _train_loop(
             dynamic_ncols=True,
             file=sys.stderr,
         )
+    # numba compiles a kernel on its first use (once: it is cached for later runs); the budget
+    # does not count that time
+    clock = compile_clock()
+    compiled_wall, compiled_cpu = clock.wall_s, clock.cpu_s
     t_start = time.perf_counter()
     cpu_start = time.process_time()
 
+    def elapsed_now() -> float:
+        """Wall seconds of training, this invocation's and the earlier ones', numba's
+        compilations left out: what --max-time counts."""
+        return elapsed_before + time.perf_counter() - t_start - (clock.wall_s - compiled_wall)
+
     def cpu_now() -> float:
-        """CPU seconds of training, this invocation's and the earlier ones'."""
-        return cpu_before + time.process_time() - cpu_start
+        """CPU seconds of training, this invocation's and the earlier ones', numba's
+        compilations left out: what --max-cpu-time counts."""
+        return cpu_before + time.process_time() - cpu_start - (clock.cpu_s - compiled_cpu)
 
     last_eval: dict[str, Any] = {}
     interrupted = False
     try:
         while True:
-            elapsed = elapsed_before + time.perf_counter() - t_start
+            elapsed = elapsed_now()
             progress = budget.progress(env_steps, elapsed, cpu_now())
             if ctx.enabled:  # every rank takes rank 0's decision
                 progress = float(distributed.broadcast_object(progress, ctx))
@@ -737,7 +825,7 @@ def _train_loop(
             env_steps += delta
             update += 1
             dt = time.perf_counter() - t_iter
-            elapsed = elapsed_before + time.perf_counter() - t_start
+            elapsed = elapsed_now()
             row = {
                 "update": update,
                 "env_steps": env_steps,
@@ -826,7 +914,7 @@ def _train_loop(
                     history,
                     update=update,
                     env_steps=env_steps,
-                    time_s=elapsed_before + (time.perf_counter() - t_start),
+                    time_s=elapsed_now(),
                     cpu_s=cpu_now(),
                     checkpoint=saved["path"] and os.path.relpath(saved["path"], run_dir),
                 ),
