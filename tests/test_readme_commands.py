@@ -120,8 +120,8 @@ CHECKS: dict[str, Check] = {
         writes=("runs/mappo/checkpoints/ckpt_2.pt",),
     ),
     "python -m marl.evaluate runs/mappo": Check("run", after=MAPPO, writes=("runs/mappo/eval_*",)),
-    "python -m marl.evaluate runs/mappo --seeds 100-131 --gif ep.gif --checkpoint ckpt_40.pt": (
-        Check("run", set={"--checkpoint": "ckpt_1.pt"}, after=MAPPO, writes=("ep.gif",))
+    "python -m marl.evaluate runs/mappo --seeds 100-131 --gif ep.gif --checkpoint latest.pt": (
+        Check("run", after=MAPPO, writes=("ep.gif",))
     ),
     "python -m marl.train --run-dir runs/wb --wandb": Check(
         "run", set=TINY_TIME, needs=("wandb",), writes=("runs/wb/wandb",), slow=True
