@@ -60,6 +60,7 @@ from marl.policies import MASK_LOGIT, TypeActor
 from marl.policy_api import TrainedPolicy, load_policy
 from marl.run.artifact import TRUST_CHECKPOINT_HELP
 from marl.run.cli import StrictArgumentParser
+from seqmodels.backbones import registered_backbones
 
 __all__ = [
     "ExportedActor",
@@ -71,11 +72,11 @@ __all__ = [
 ]
 
 #: the state inputs of each backbone, in order (the outputs after the logits: ``next_`` + name)
+#: (the built-in backbones'; each backbone declares its own in :mod:`seqmodels.registry`)
 STATE_NAMES: dict[str, tuple[str, ...]] = {
-    "mlp": (),
-    "gru": ("state_h",),
-    "mamba": ("state_conv", "state_ssm"),
-    "mamba2": ("state_conv", "state_ssm"),
+    name: spec.export_state_names
+    for name, spec in registered_backbones().items()
+    if spec.export_state_names is not None
 }
 SUPPORTED_BACKBONES = tuple(STATE_NAMES)
 

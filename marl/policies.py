@@ -173,11 +173,11 @@ class MaskedCategorical:
 
 
 def _backbone(kind: str, input_dim: int, hidden_dim: int, activation: str = "tanh"):
-    from seqmodels.backbones import make_backbone
+    from seqmodels.backbones import backbone_spec, make_backbone
 
-    if kind in ("mlp", "gru"):
+    if backbone_spec(kind).takes_activation:
         return make_backbone(kind, input_dim, hidden_dim, activation=activation)
-    return make_backbone(kind, input_dim, hidden_dim)  # mamba blocks: their own SiLU
+    return make_backbone(kind, input_dim, hidden_dim)  # e.g. mamba blocks: their own SiLU
 
 
 class TypeActor(nn.Module):

@@ -35,7 +35,10 @@ Keyword arguments (unknown ones raise TypeError):
 
 from __future__ import annotations
 
+import importlib
 import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -358,14 +361,108 @@ class MambaBackbone(Backbone):
         return _normalize(self.norm_f, h, self.backend), tuple(new_state)
 
 
+# ------------------------------------------------------------------------------------------
+# the backbone registry
+# ------------------------------------------------------------------------------------------
+# The backbone registry: every policy backbone, by name, with what the rest of the suite
+# needs to know about it.
+#
+# A :class:`BackboneSpec` carries the constructor (``build(input_dim, hidden_dim, **kw) ->
+# Backbone``, this module's interface), whether it carries state, the trainer
+# settings it wants when the user leaves them unset (``rollout_steps``, ``seq_len``,
+# ``burn_in``, ``penalty_channel``), whether the trainer's ``--activation`` applies, and the
+# names of its state tensors in an exported step function (None: not exportable).
+#
+# ``python -m marl.train --backbone NAME`` takes a registered name, or ``package.module:NAME``
+# for a backbone defined outside the package (the module is imported; ``NAME`` is a
+# :class:`BackboneSpec` in it, registered under the whole string so that a run's config.yaml
+# finds it again in a new process). docs/extending.md shows one.
+
+#: What a backbone gets when it declares no trainer defaults (the feed-forward settings).
+TRAINER_DEFAULTS = {
+    "rollout_steps": 32,
+    "seq_len": 16,
+    "burn_in": 0,
+    "penalty_channel": "individual",
+}
+
+
+@dataclass(frozen=True)
+class BackboneSpec:
+    """One backbone kind (see the module docstring)."""
+
+    name: str
+    build: Callable[..., Any]
+    recurrent: bool
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    takes_activation: bool = True
+    export_state_names: tuple[str, ...] | None = None
+
+    def default(self, key: str) -> Any:
+        """The trainer setting ``key`` this backbone wants when the user left it unset."""
+        return self.defaults.get(key, TRAINER_DEFAULTS[key])
+
+
+#: name -> spec, the built-in kinds first (registered by :mod:`seqmodels.backbones`)
+BACKBONES: dict[str, BackboneSpec] = {}
+
+
+def register_backbone(spec: BackboneSpec) -> BackboneSpec:
+    """Make ``spec`` available as ``--backbone spec.name``; returns it."""
+    if not isinstance(spec, BackboneSpec):
+        raise TypeError(f"register_backbone: expected a BackboneSpec, got {spec!r}")
+    unknown = sorted(set(spec.defaults) - set(TRAINER_DEFAULTS))
+    if unknown:
+        raise ValueError(
+            f"backbone {spec.name!r}: unknown trainer defaults {unknown}; allowed: "
+            + ", ".join(TRAINER_DEFAULTS)
+        )
+    BACKBONES[spec.name] = spec
+    return spec
+
+
+def registered_backbones() -> dict[str, BackboneSpec]:
+    """Every registered backbone, the built-in kinds included (name -> spec)."""
+    return dict(BACKBONES)
+
+
+def backbone_spec(name: str) -> BackboneSpec:
+    """The spec ``--backbone name`` names: a registered name, or ``package.module:NAME``.
+    Raises ValueError listing what is allowed."""
+    if name in BACKBONES:
+        return BACKBONES[name]
+    module_name, sep, attr = str(name).partition(":")
+    if not sep:
+        raise ValueError(
+            f"unknown backbone {name!r}; allowed: {', '.join(BACKBONES)}, or "
+            "package.module:NAME for a BackboneSpec defined in your own module"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"backbone {name!r}: cannot import {module_name!r} ({exc})") from None
+    spec = getattr(module, attr, None)
+    if not isinstance(spec, BackboneSpec):
+        raise ValueError(f"backbone {name!r}: {module_name} has no BackboneSpec named {attr!r}")
+    BACKBONES[name] = spec
+    return spec
+
+
 def make_backbone(kind: str, input_dim: int, hidden_dim: int = 64, **kw: Any) -> Backbone:
-    """Build a backbone: kind in ("mlp", "gru", "mamba", "mamba2"); see the module docstring
-    for the keyword arguments of each kind."""
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    """Build a backbone: a kind of the registry (:mod:`seqmodels.backbones`: "mlp", "gru",
+    "mamba", "mamba2", or one registered or named as ``package.module:NAME``); see the module
+    docstring for the keyword arguments of the built-in kinds."""
+    try:
+        spec = backbone_spec(kind)
+    except ValueError as exc:
+        raise ValueError(f"kind: {exc}") from None
     _check_positive("input_dim", input_dim)
     _check_positive("hidden_dim", hidden_dim)
-    if kind in ("mlp", "gru"):
+    return spec.build(input_dim, hidden_dim, **kw)
+
+
+def _feed_forward_or_gru(cls: type[Backbone], kind: str) -> Any:
+    def build(input_dim: int, hidden_dim: int, **kw: Any) -> Backbone:
         allowed = {"num_layers", "activation"}
         unknown = sorted(set(kw) - allowed)
         if unknown:
@@ -373,15 +470,49 @@ def make_backbone(kind: str, input_dim: int, hidden_dim: int = 64, **kw: Any) ->
                 f"unknown argument(s) for the {kind} backbone: {unknown}; "
                 f"allowed: {sorted(allowed)}"
             )
-        cls = MLPBackbone if kind == "mlp" else GRUBackbone
         return cls(input_dim, hidden_dim, **kw)
-    return MambaBackbone(kind, input_dim, hidden_dim, **kw)
+
+    return build
+
+
+def _mamba(kind: str) -> Any:
+    def build(input_dim: int, hidden_dim: int, **kw: Any) -> Backbone:
+        return MambaBackbone(kind, input_dim, hidden_dim, **kw)
+
+    return build
+
+
+#: Long-episode trainer defaults of the Mamba kinds: longer rollouts and windows (a block's
+#: update cost per token falls with the window; the states stored at window starts make
+#: burn-in unnecessary) and the penalty channel dropped (on the memory preset the revisit
+#: cost made standing still the safest action). mlp and gru keep the task ladder's settings.
+_MAMBA_DEFAULTS = {"rollout_steps": 128, "seq_len": 64, "burn_in": 0, "penalty_channel": "none"}
+
+register_backbone(
+    BackboneSpec("mlp", _feed_forward_or_gru(MLPBackbone, "mlp"), recurrent=False,
+                 export_state_names=())
+)  # fmt: skip
+register_backbone(
+    BackboneSpec("gru", _feed_forward_or_gru(GRUBackbone, "gru"), recurrent=True,
+                 export_state_names=("state_h",))
+)  # fmt: skip
+for _kind in ("mamba", "mamba2"):
+    register_backbone(
+        BackboneSpec(_kind, _mamba(_kind), recurrent=True, defaults=_MAMBA_DEFAULTS,
+                     takes_activation=False, export_state_names=("state_conv", "state_ssm"))
+    )  # fmt: skip
 
 
 __all__ = [
     "ACTIVATIONS",
+    "BACKBONES",
     "KINDS",
+    "TRAINER_DEFAULTS",
     "Backbone",
+    "BackboneSpec",
+    "backbone_spec",
+    "register_backbone",
+    "registered_backbones",
     "GRUBackbone",
     "MLPBackbone",
     "MambaBackbone",

@@ -142,3 +142,60 @@ def test_an_algorithm_in_its_own_file_is_reachable_by_module_path(tmp_path) -> N
         cwd=tmp_path, env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert bad.returncode == 2 and "no Algorithm subclass named 'Nope'" in bad.stderr
+
+
+MY_BACKBONE = '''
+from seqmodels.backbones import GRUBackbone
+from seqmodels.backbones import BackboneSpec
+
+
+class WideGRU(GRUBackbone):
+    """A GRU backbone with two layers: a stand-in for your own recurrent core."""
+
+    def __init__(self, input_dim, hidden_dim, activation="tanh"):
+        super().__init__(input_dim, hidden_dim, num_layers=2, activation=activation)
+
+
+WIDE_GRU = BackboneSpec(
+    "wide_gru",
+    build=lambda input_dim, hidden_dim, **kw: WideGRU(input_dim, hidden_dim, **kw),
+    recurrent=True,
+    defaults={"rollout_steps": 16, "seq_len": 4},
+)
+'''
+
+
+def test_a_backbone_in_its_own_file_is_reachable_by_module_path(tmp_path) -> None:
+    """``--backbone my_bb:WIDE_GRU`` trains with the backbone's own defaults, and a fresh
+    process's load_policy finds it again from config.yaml; export says it cannot."""
+    import subprocess
+
+    import yaml
+
+    (tmp_path / "my_bb.py").write_text(MY_BACKBONE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT, f"{ROOT}/tests"])}
+    run = tmp_path / "run"
+    fake = [a for a in TINY if a not in ("--rollout-steps", "8")]
+    train = [sys.executable, "-m", "marl.train", "--backbone", "my_bb:WIDE_GRU", *fake]
+    train += ["--total-steps", "128", "--run-dir", str(run)]
+    done = subprocess.run(train, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["backbone"] == "my_bb:WIDE_GRU"
+    assert (cfg["rollout_steps"], cfg["seq_len"]) == (16, 4)  # the backbone's own defaults
+    code = (
+        "import marl, sys; p = marl.load_policy(sys.argv[1]); "
+        "a = next(iter(p.policy.actors.values())); "
+        "print(type(a.backbone).__name__, a.backbone.is_recurrent)"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code, str(run)], cwd=tmp_path, env=env, capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    assert loaded.stdout.split() == ["WideGRU", "True"]
+    bad = subprocess.run(
+        [sys.executable, "-m", "marl.train", "--backbone", "lstm", *TINY],
+        cwd=tmp_path, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "unknown backbone 'lstm'" in bad.stderr

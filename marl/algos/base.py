@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from marl.core.advantages import Schedule, constant, linear_decay
 from marl.core.whitening import GROUPING_SCHEMES, SCHEMES, AdvantageWhitener
 from marl.policies import AgentLayout, MultiAgentPolicy
+from seqmodels.backbones import TRAINER_DEFAULTS, backbone_spec
 
 __all__ = [
     "ConfigError",
@@ -35,17 +36,26 @@ __all__ = [
 #: Wall-clock budget used when neither --total-steps nor --max-time is given (the demo).
 DEMO_MAX_TIME = 180.0
 
+#: The built-in backbones (seqmodels.backbones holds them and any registered later).
 BACKBONES = ("mlp", "gru", "mamba", "mamba2")
 ACTIVATIONS = ("tanh", "relu")
 PENALTY_CHANNELS = ("individual", "none")
+
+
+def backbone_default(backbone: str, key: str) -> Any:
+    """The trainer setting ``key`` (rollout_steps, seq_len, burn_in, penalty_channel) that
+    ``backbone`` wants when left unset; the feed-forward value for an unknown backbone (its
+    config is refused by :meth:`BaseConfig.validate`)."""
+    try:
+        return backbone_spec(backbone).default(key)
+    except ValueError:
+        return TRAINER_DEFAULTS[key]
+
+
 #: The penalty channel of each backbone when ``penalty_channel`` is None (the long-episode
 #: default of mamba / mamba2: dropped; see the field's help).
-PENALTY_CHANNEL_DEFAULTS = {
-    "mlp": "individual",
-    "gru": "individual",
-    "mamba": "none",
-    "mamba2": "none",
-}
+PENALTY_CHANNEL_DEFAULTS = {name: backbone_default(name, "penalty_channel") for name in BACKBONES}
+
 PENALTY_SCHEDULES = ("none", "constant", "linear")
 LR_SCHEDULES = ("constant", "linear")
 DEVICES = ("cpu", "cuda", "auto")
@@ -191,7 +201,11 @@ class BaseConfig:
     )
     num_envs: int = _f(64, "Number of vectorised environments E.")
     # ---- model -----------------------------------------------------------------------------
-    backbone: str = _f("mlp", "Actor backbone (seqmodels.backbones).", choices=BACKBONES)
+    backbone: str = _f(
+        "mlp",
+        "Actor backbone: mlp, gru, mamba, mamba2, a registered one (seqmodels.backbones), or "
+        "package.module:NAME for a BackboneSpec in your own module.",
+    )
     hidden_dim: int = _f(64, "Actor backbone width.")
     activation: str = _f(
         "relu",
@@ -290,14 +304,15 @@ class BaseConfig:
 
     # ---- derived ---------------------------------------------------------------------------
     def __post_init__(self) -> None:
-        """Resolve per-backbone defaults of fields left None (:data:`PENALTY_CHANNEL_DEFAULTS`)."""
+        """Resolve per-backbone defaults of fields left None (the backbone's
+        ``penalty_channel`` in :mod:`seqmodels.backbones`)."""
         if self.penalty_channel is None:
-            self.penalty_channel = PENALTY_CHANNEL_DEFAULTS.get(self.backbone, "individual")
+            self.penalty_channel = backbone_default(self.backbone, "penalty_channel")
 
     @property
     def is_recurrent(self) -> bool:
-        """Whether the actor backbone carries state (derived from ``backbone``)."""
-        return self.backbone != "mlp"
+        """Whether the actor backbone carries state (the registry's ``recurrent``)."""
+        return backbone_spec(self.backbone).recurrent
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -341,6 +356,10 @@ class BaseConfig:
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first invalid value and what is allowed."""
+        try:
+            backbone_spec(self.backbone)
+        except ValueError as exc:
+            raise ConfigError(f"--backbone: {exc}") from None
         for f in dataclasses.fields(self):
             choices = f.metadata.get("choices")
             if choices is not None:

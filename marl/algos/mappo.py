@@ -40,8 +40,10 @@ import torch
 from torch import Tensor
 
 from marl.algos.base import (
+    BACKBONES,
     Algorithm,
     BaseConfig,
+    backbone_default,
     config_field,
     penalty_schedule,
     whitener_from_config,
@@ -75,19 +77,12 @@ __all__ = ["MAPPO", "MAPPOConfig", "MAPPOAdvantages", "episode_segments"]
 _f = config_field
 
 
-#: Per-backbone values of the rollout and window fields that are None in a config (the
-#: user did not set them), resolved in :meth:`MAPPOConfig.__post_init__` (the penalty
-#: channel's per-backbone default, shared with GRPO, is ``base.PENALTY_CHANNEL_DEFAULTS``). mlp
-#: and gru keep the values the published task-ladder calibration used. mamba/mamba2: longer
-#: windows and rollouts (``benchmarks/train_mappo.py backbones``): a Mamba block's update
-#: cost per token falls with the window (one scan kernel call per window and fewer units per
-#: minibatch) where gru's does not, and the states stored at window starts make burn-in
-#: unnecessary (0; set it to refresh stale states after large policy changes).
+#: The built-in backbones' values of the rollout and window fields that are None in a config
+#: (the user did not set them), from the backbone registry (:mod:`seqmodels.backbones`, where
+#: each backbone declares them and why), resolved in :meth:`MAPPOConfig.__post_init__`.
 BACKBONE_DEFAULTS: dict[str, dict[str, int]] = {
-    "mlp": {"rollout_steps": 32, "seq_len": 16, "burn_in": 0},
-    "gru": {"rollout_steps": 32, "seq_len": 16, "burn_in": 0},
-    "mamba": {"rollout_steps": 128, "seq_len": 64, "burn_in": 0},
-    "mamba2": {"rollout_steps": 128, "seq_len": 64, "burn_in": 0},
+    name: {key: backbone_default(name, key) for key in ("rollout_steps", "seq_len", "burn_in")}
+    for name in BACKBONES
 }
 
 
@@ -153,10 +148,9 @@ class MAPPOConfig(BaseConfig):
         """Resolve the per-backbone defaults (:data:`BACKBONE_DEFAULTS`) of the rollout and
         window fields left None; the resolved values are the config's (and config.yaml's)."""
         super().__post_init__()
-        defaults = BACKBONE_DEFAULTS.get(self.backbone, BACKBONE_DEFAULTS["mlp"])
-        for name, value in defaults.items():
+        for name in ("rollout_steps", "seq_len", "burn_in"):
             if getattr(self, name) is None:
-                setattr(self, name, value)
+                setattr(self, name, backbone_default(self.backbone, name))
 
     @property
     def resolved_value_epochs(self) -> int:
