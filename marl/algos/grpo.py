@@ -97,6 +97,7 @@ from marl.core.whitening import AdvantageWhitener, GroupKeys, advantage_stats, s
 from marl.envapi import make_vector_env
 from marl.policies import AgentLayout, MultiAgentPolicy
 from marl.run.distributed import DistContext, all_reduce_sum, broadcast_parameters, guard
+from marl.run.rundir import atomic_write
 
 GRPO_ADVANTAGES = ("outcome", "process")
 
@@ -814,8 +815,7 @@ class GRPO(Algorithm):
         if self.second_stage is not None and self.second_stage.running is not None:
             payload["running"] = self.second_stage.state_dict()
         path = os.path.join(self.debug_dir, f"rank{self.rank}.pt")
-        torch.save(payload, path + ".tmp")
-        os.replace(path + ".tmp", path)
+        atomic_write(path, lambda tmp: torch.save(payload, tmp))
 
     # -- checkpoints -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

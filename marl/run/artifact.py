@@ -59,10 +59,9 @@ from marl.run.checkpoint import (
     load_checkpoint,
     load_newest_checkpoint,
     numbered_checkpoints,
-    write_atomic_bytes,
 )
 from marl.run.config import ConfigError, config_from_dict, config_to_dict, load_run_config
-from marl.run.rundir import atomic_write_json
+from marl.run.rundir import atomic_write_bytes, atomic_write_json
 
 __all__ = [
     "POLICY_DIR",
@@ -123,7 +122,7 @@ def save_weights(path: str, state_dict: Mapping[str, Tensor]) -> None:
     flat = {str(k): v.detach().to("cpu").clone() for k, v in state_dict.items()}
     buffer = io.BytesIO()
     torch.save(flat, buffer)
-    write_atomic_bytes(path, buffer.getbuffer())
+    atomic_write_bytes(path, buffer.getbuffer())
 
 
 def load_weights(path: str, map_location: str | torch.device = "cpu") -> dict[str, Tensor]:

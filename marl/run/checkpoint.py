@@ -37,7 +37,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from marl.run.rundir import RunDirBusyError, lock_run_dir, wait_for_run_dir
+from marl.run.rundir import (
+    RunDirBusyError,
+    atomic_write,
+    atomic_write_bytes,
+    lock_run_dir,
+    wait_for_run_dir,
+)
 
 __all__ = [
     "DEFAULT_KEEP",
@@ -107,28 +113,9 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def write_atomic_bytes(path: str, data: bytes | memoryview) -> None:
-    """Write ``data`` to ``path`` atomically (tmp file in the same folder, fsync, rename).
-    An ``OSError`` names ``path`` and leaves any previous file at ``path`` as it was."""
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp{os.getpid()}")
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror or str(exc), path) from exc
-    finally:
-        with contextlib.suppress(OSError):
-            if os.path.exists(tmp):
-                os.remove(tmp)
+#: :func:`marl.run.rundir.atomic_write_bytes` (tmp file in the same folder, fsync, rename), by
+#: its older name
+write_atomic_bytes = atomic_write_bytes
 
 
 def save_checkpoint(path: str, payload: dict[str, Any]) -> None:
@@ -136,27 +123,21 @@ def save_checkpoint(path: str, payload: dict[str, Any]) -> None:
     the same folder, fsync, replace); an ``OSError`` names ``path`` and keeps the old file."""
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    write_atomic_bytes(path, buffer.getbuffer())
+    atomic_write_bytes(path, buffer.getbuffer())
 
 
 def _link_latest(run_dir: str, path: str) -> None:
     """Point ``latest.pt`` at ``path`` atomically (hard link; a copy without hard links)."""
-    latest = latest_path(run_dir)
-    tmp = os.path.join(os.path.dirname(latest), f".latest.pt.tmp{os.getpid()}")
-    try:
+
+    def link(tmp: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
         try:
             os.link(path, tmp)
         except OSError:  # no hard links here (some network / FAT file systems): copy
             shutil.copyfile(path, tmp)
-        os.replace(tmp, latest)
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror or str(exc), latest) from exc
-    finally:
-        with contextlib.suppress(OSError):
-            if os.path.lexists(tmp):
-                os.remove(tmp)
+
+    atomic_write(latest_path(run_dir), link)
 
 
 def save_run_checkpoint(run_dir: str, update: int, payload: dict[str, Any], keep: int) -> str:

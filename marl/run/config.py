@@ -11,7 +11,10 @@ to the algorithm) < YAML file (``--config FILE``) < command-line flags. Environm
 arguments live under ``env:`` in YAML and as ``--env.KEY VALUE`` on the command line.
 
 ``parse_cli(argv)`` returns a validated config or raises :class:`ConfigError` (a
-``ValueError``) naming the bad option or value and what is allowed, before any work starts.
+``ValueError``) naming the bad option or value and what is allowed, before any work starts;
+``parse_train_args(argv)`` returns it with the options of the invocation beside it
+(:class:`marl.run.options.RunOptions`: ``--resume``, ``--overwrite``, ``--keep-checkpoints``,
+``--wandb*``), which are no config fields.
 
 ``--resume RUN_DIR`` continues a run with its own configuration (RUN_DIR/config.yaml). Only
 the fields in :data:`RESUME_CHANGEABLE` (budget, cadences, outputs, device, threads,
@@ -35,7 +38,8 @@ import yaml
 from marl.algos import ALGORITHMS, BaseConfig, GRPOConfig, MAPPOConfig, resolve_algorithm
 from marl.algos.base import DEMO_MAX_TIME, ConfigError, whitener_from_config
 from marl.run.cli import StrictArgumentParser, closest_flag, option_strings
-from marl.run.runlog import add_wandb_arguments
+from marl.run.options import RunOptions
+from marl.run.runlog import WandbOptions, add_wandb_arguments, wandb_options_from_args
 
 __all__ = [
     "ConfigError",
@@ -47,6 +51,9 @@ __all__ = [
     "FIELDS",
     "config_class",
     "parse_cli",
+    "parse_train_args",
+    "split_wandb_flags",
+    "RunOptions",
     "load_config",
     "load_run_config",
     "config_to_dict",
@@ -427,7 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _train_flags(parser: argparse.ArgumentParser) -> list[str]:
     """Every flag of ``python -m marl.train``: the config parser's and the ``--wandb*`` ones
-    (which :func:`marl.run.train.main` takes off the command line before :func:`parse_cli`)."""
+    (which :func:`parse_train_args` takes off the command line before the others)."""
     wandb = argparse.ArgumentParser(add_help=False)
     add_wandb_arguments(wandb)
     return option_strings(parser) + option_strings(wandb)
@@ -476,45 +483,90 @@ def _import_named_algorithm(argv: Sequence[str]) -> None:
             resolve_algorithm(value)
 
 
+def parse_train_args(argv: Sequence[str] | None = None) -> tuple[BaseConfig, RunOptions]:
+    """The command line of ``python -m marl.train`` (``sys.argv[1:]`` when None): the validated
+    config of the chosen algorithm (:func:`parse_cli`) and the options of the invocation,
+    ``--resume``, ``--overwrite``, ``--keep-checkpoints`` and the ``--wandb*`` flags
+    (:class:`marl.run.options.RunOptions`). Raises :class:`ConfigError` as :func:`parse_cli`
+    does, and for a ``--wandb-*`` flag without ``--wandb``."""
+    wandb, rest = split_wandb_flags(list(sys.argv[1:] if argv is None else argv))
+    cfg, options = _parse_config_args(rest)
+    return cfg, dataclasses.replace(options, wandb=wandb)
+
+
 def parse_cli(argv: list[str] | None = None) -> BaseConfig:
     """Parse command-line arguments into a validated config of the chosen algorithm.
 
     Raises ConfigError naming an unknown option, an option of another algorithm, or an
     invalid value (and the allowed values). ``--resume RUN_DIR`` loads RUN_DIR/config.yaml as
-    the base (CLI flags still override) and sets ``run_dir`` to RUN_DIR; the resume flag is
-    stored on the returned object as ``cfg._resume`` and the names of explicitly set fields
-    (YAML or flags; env kwargs as "env") as ``cfg._explicit`` (attributes, not fields).
+    the base (CLI flags still override) and sets ``run_dir`` to RUN_DIR. The options of the
+    invocation (``--resume``, ``--overwrite``, ``--keep-checkpoints``, the explicitly set
+    fields) are what :func:`parse_train_args` returns beside the config; for callers of this
+    function from before it, they are also left on the config as the attributes ``_resume``,
+    ``_overwrite``, ``_keep_checkpoints`` and ``_explicit`` (read nowhere in this package).
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
+    cfg, options = _parse_config_args(list(sys.argv[1:] if argv is None else argv))
+    legacy = {
+        "_resume": options.resume,
+        "_explicit": set(options.explicit),
+        "_overwrite": options.overwrite,
+        "_keep_checkpoints": options.keep_checkpoints,
+    }
+    for name, value in legacy.items():
+        setattr(cfg, name, value)
+    return cfg
+
+
+def split_wandb_flags(argv: Sequence[str]) -> tuple[WandbOptions | None, list[str]]:
+    """(the ``--wandb*`` options, the other arguments for :func:`parse_cli`)."""
+    parser = _Parser(add_help=False)
+    add_wandb_arguments(parser)
+    ns, rest = parser.parse_known_args(list(argv))
+    try:
+        return wandb_options_from_args(ns), rest
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _parse_keep_checkpoints(raw: str | None) -> int | None:
+    """``--keep-checkpoints K``: an integer >= 1 (None when not given)."""
+    if raw is None:
+        return None
+    try:
+        keep = int(raw)
+    except ValueError:
+        keep = 0
+    if keep < 1:
+        raise ConfigError(f"--keep-checkpoints: invalid value {raw!r}; allowed: an integer >= 1")
+    return keep
+
+
+def _resumed_config(ns: argparse.Namespace) -> dict[str, Any]:
+    """The configuration of the run ``--resume RUN_DIR`` continues ({} for a new run), with
+    ``run_dir`` set to RUN_DIR."""
+    if ns.resume is None:
+        return {}
+    if ns.overwrite:
+        raise ConfigError(
+            "--resume and --overwrite exclude each other: --resume continues the run, "
+            "--overwrite deletes it and starts again"
+        )
+    if not os.path.isdir(ns.resume):
+        raise ConfigError(f"--resume {ns.resume!r}: no such directory")
+    path = os.path.join(ns.resume, "config.yaml")
+    if not os.path.isfile(path):
+        raise ConfigError(f"--resume {ns.resume!r}: not a run directory (no config.yaml in it)")
+    return {**load_run_config(ns.resume), "run_dir": ns.resume}
+
+
+def _parse_config_args(argv: list[str]) -> tuple[BaseConfig, RunOptions]:
+    """:func:`parse_train_args` without the ``--wandb*`` flags."""
     _import_named_algorithm(argv)
     parser = build_parser()
     ns, extra = parser.parse_known_args(argv)
     explicit: dict[str, Any] = {}
-    base: dict[str, Any] = {}
-    keep = None
-    if ns.keep_checkpoints is not None:
-        try:
-            keep = int(ns.keep_checkpoints)
-        except ValueError:
-            keep = 0
-        if keep < 1:
-            raise ConfigError(
-                f"--keep-checkpoints: invalid value {ns.keep_checkpoints!r}; allowed: an integer "
-                ">= 1"
-            )
-    if ns.resume is not None:
-        if ns.overwrite:
-            raise ConfigError(
-                "--resume and --overwrite exclude each other: --resume continues the run, "
-                "--overwrite deletes it and starts again"
-            )
-        if not os.path.isdir(ns.resume):
-            raise ConfigError(f"--resume {ns.resume!r}: no such directory")
-        path = os.path.join(ns.resume, "config.yaml")
-        if not os.path.isfile(path):
-            raise ConfigError(f"--resume {ns.resume!r}: not a run directory (no config.yaml in it)")
-        base = load_run_config(ns.resume)
-        base["run_dir"] = ns.resume
+    keep = _parse_keep_checkpoints(ns.keep_checkpoints)
+    base = _resumed_config(ns)
     if ns.config is not None:
         explicit.update(load_config(ns.config))
     on_command_line = set()
@@ -551,11 +603,13 @@ def parse_cli(argv: list[str] | None = None) -> BaseConfig:
     values["env"] = env
     cfg = config_class(algo)(**values)
     validate_config(cfg, on_command_line)
-    cfg._resume = ns.resume  # type: ignore[attr-defined]
-    cfg._explicit = set(explicit) | ({"env"} if env_given else set())  # type: ignore[attr-defined]
-    cfg._overwrite = bool(ns.overwrite)  # type: ignore[attr-defined]
-    cfg._keep_checkpoints = keep  # type: ignore[attr-defined]
-    return cfg
+    options = RunOptions(
+        resume=ns.resume,
+        overwrite=bool(ns.overwrite),
+        keep_checkpoints=keep,
+        explicit=frozenset(explicit) | ({"env"} if env_given else frozenset()),
+    )
+    return cfg, options
 
 
 _UNSET = object()

@@ -32,7 +32,6 @@ unchanged unless ``--update-run`` (then it is replaced by the same record), and 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import re
@@ -53,6 +52,7 @@ from marl.run.checkpoint import describe_checkpoint
 from marl.run.cli import StrictArgumentParser
 from marl.run.config import MAX_SEED
 from marl.run.plots import headless_rendering, write_gif
+from marl.run.rundir import atomic_write_json
 
 __all__ = [
     "evaluate_policy",
@@ -322,9 +322,7 @@ def default_output_path(run_dir: str, checkpoint: str) -> str:
 
 def _write_json(path: str, obj: Any) -> None:
     """Write ``obj`` to ``path`` atomically (a temporary file, then a rename)."""
-    with open(path + ".tmp", "w") as fh:
-        json.dump(obj, fh, indent=2)
-    os.replace(path + ".tmp", path)
+    atomic_write_json(path, obj, final_newline=False)
 
 
 def _error(message: str) -> int:

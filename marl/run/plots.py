@@ -15,6 +15,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from marl.run.rundir import atomic_write
+
 __all__ = ["headless_rendering", "plot_learning_curves", "plot_advantage_histograms", "write_gif"]
 
 #: SDL's drivers that need no display and no sound device (``rgb_array`` frames are drawn all
@@ -116,9 +118,11 @@ def write_gif(frames: Sequence[np.ndarray], path: str, fps: int = 8) -> str | No
         return None
     import imageio.v2 as imageio
 
-    tmp = path + ".tmp.gif"
-    imageio.mimsave(
-        tmp, [np.asarray(f, dtype=np.uint8) for f in frames], duration=1.0 / fps, loop=0
+    images = [np.asarray(f, dtype=np.uint8) for f in frames]
+    # the temporary file ends in .gif: imageio picks the format by the extension
+    atomic_write(
+        path,
+        lambda tmp: imageio.mimsave(tmp, images, duration=1.0 / fps, loop=0),
+        suffix=".gif",
     )
-    os.replace(tmp, path)
     return path

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
+from marl.run.rundir import atomic_write_bytes, atomic_write_text
+
 __all__ = [
     "RunLogger",
     "WandbOptions",
@@ -243,10 +245,7 @@ class RunLogger:
             kept = []
             if os.path.exists(self.path):
                 kept = [r for r in read_metrics(self.path) if r.get("update", 0) <= resume_update]
-                with open(self.path + ".tmp", "w") as fh:
-                    for r in kept:
-                        fh.write(json.dumps(r) + "\n")
-                os.replace(self.path + ".tmp", self.path)
+                atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
             last_step = resume_env_steps
             if last_step is None:
                 last_step = max((int(r.get("env_steps", 0)) for r in kept), default=0)
@@ -389,6 +388,4 @@ def trim_tensorboard(tb_dir: str, last_step: int) -> None:
                 kept.append(record)
         if clean and len(kept) == len(records):
             continue
-        with open(path + ".tmp", "wb") as fh:
-            fh.write(b"".join(kept))
-        os.replace(path + ".tmp", path)
+        atomic_write_bytes(path, b"".join(kept))

@@ -21,6 +21,13 @@ Algorithms are looked up in :data:`marl.algos.ALGORITHMS` (name -> class); each 
 
 The loop here is algorithm-agnostic: schedules, time budget, logging, checkpoints, signals,
 evaluation, plots. Distributed (torchrun): every rank runs the loop; only rank 0 writes.
+:func:`train` checks and sets up; :func:`_train_loop` is the run's story (iterate, log,
+evaluate, checkpoint; finish), told with small parts: :class:`marl.run.rundir.RunDir` (the
+layout and its refuse / overwrite / resume rules), :class:`marl.run.signals.StopSignals`,
+:mod:`marl.run.progress` (budget, clock, progress bar), :class:`_Cadence` (when to evaluate and
+checkpoint) and :class:`_Checkpoints`. The options of an invocation that are no config fields
+(``--resume``, ``--overwrite``, ``--keep-checkpoints``, ``--wandb*``) come beside the config as
+a :class:`marl.run.options.RunOptions` (:func:`marl.run.config.parse_train_args`).
 
 Nothing is lost on a mistake or a fault (docs/CONTRACTS.md section 4): an existing run is
 never overwritten without ``--overwrite``; ``--resume`` checks everything (config changes,
@@ -47,25 +54,21 @@ logging (:class:`marl.run.runlog.WandbOptions`) and change no result.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import dataclasses
 import errno
 import importlib
 import json
-import math
 import os
 import random
-import shutil
-import signal
 import sys
-import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 import yaml
-from tqdm import tqdm
 
 from marl.algos import ALGORITHMS, Algorithm, register_algorithm, resolve_algorithm
 from marl.collect import BaselineActor, evaluate_episodes
@@ -79,7 +82,6 @@ from marl.run.checkpoint import (
     RunDirBusyError,
     list_checkpoints,
     load_newest_checkpoint,
-    lock_run_dir,
     rng_state,
     save_run_checkpoint,
     set_rng_state,
@@ -92,17 +94,30 @@ from marl.run.config import (
     ConfigError,
     build_parser,
     config_to_dict,
-    parse_cli,
+    parse_train_args,
+    split_wandb_flags,
 )
 from marl.run.evaluate import evaluate_policy, format_table, record_episode
+from marl.run.options import RunOptions
 from marl.run.plots import (
     headless_rendering,
     plot_advantage_histograms,
     plot_learning_curves,
     write_gif,
 )
+from marl.run.progress import Budget, ProgressBar, TrainingClock
+from marl.run.progress import ProgressLines as _ProgressLines  # noqa: F401 - its older name
 from marl.run.provenance import provenance
-from marl.run.rundir import FINISHED_MARKER
+from marl.run.rundir import (
+    FINISHED_MARKER,
+    RUN_FILES,
+    RUN_FOLDERS,
+    RunDir,
+    RunDirError,
+    atomic_write_json,
+    atomic_write_text,
+    run_dir_contents,
+)
 from marl.run.runlog import (
     RunLogger,
     WandbError,
@@ -110,8 +125,8 @@ from marl.run.runlog import (
     add_wandb_arguments,
     import_wandb,
     read_metrics,
-    wandb_options_from_args,
 )
+from marl.run.signals import StopSignals
 from seqmodels.kernels import (
     auto_threading_layer,
     numba_available,
@@ -126,6 +141,7 @@ __all__ = [
     "FINISHED_MARKER",
     "RUN_FILES",
     "RUN_FOLDERS",
+    "RunOptions",
     "register_algorithm",
     "configure_process",
     "get_algorithm",
@@ -134,6 +150,9 @@ __all__ = [
     "main",
     "resolve_budget",
 ]
+
+#: :func:`marl.run.config.split_wandb_flags`, by its older name
+_parse_wandb_flags = split_wandb_flags
 
 
 def get_algorithm(name: str) -> type[Algorithm]:
@@ -154,95 +173,6 @@ def resolve_budget(cfg: BaseConfig) -> None:
     checkpoints and finished.json record the budget the run trains for."""
     if cfg.total_steps is None and cfg.max_time is None and cfg.max_cpu_time is None:
         cfg.max_time = DEMO_MAX_TIME
-
-
-class _Budget:
-    """Progress in [0, 1]: the largest of step, wall-time and CPU-time progress (of a budget
-    resolved by :func:`resolve_budget`)."""
-
-    def __init__(self, cfg: BaseConfig) -> None:
-        self.total_steps = cfg.total_steps
-        self.max_time = cfg.max_time
-        self.max_cpu_time = cfg.max_cpu_time
-        if self.total_steps is None and self.max_time is None and self.max_cpu_time is None:
-            raise ValueError("no budget: resolve_budget(cfg) first")
-
-    def progress(self, env_steps: int, elapsed: float, cpu: float) -> float:
-        """``elapsed``: wall seconds of training so far; ``cpu``: CPU seconds so far."""
-        p = 0.0
-        if self.total_steps is not None:
-            p = max(p, env_steps / self.total_steps)
-        if self.max_time is not None:
-            p = max(p, elapsed / self.max_time)
-        if self.max_cpu_time is not None:
-            p = max(p, cpu / self.max_cpu_time)
-        return p
-
-    def describe(self) -> str:
-        """The budget as flags, e.g. ``--total-steps 4000 --max-time 180``."""
-        limits = (
-            ("--total-steps", self.total_steps),
-            ("--max-time", self.max_time),
-            ("--max-cpu-time", self.max_cpu_time),
-        )
-        return " ".join(
-            f"{flag} {int(value) if float(value).is_integer() else value}"
-            for flag, value in limits
-            if value is not None
-        )
-
-    def bar_total(self) -> tuple[float, str]:
-        """What the progress bar counts: (its total, its unit: 'step', 's' or 'cpu s')."""
-        if self.total_steps is not None:
-            return self.total_steps, "step"
-        if self.max_time is not None:
-            return self.max_time, "s"
-        return float(self.max_cpu_time), "cpu s"  # type: ignore[arg-type]
-
-
-class _ProgressLines:
-    """The progress bar where stderr is not a terminal (a log file, a pipe, a scheduler's
-    output): one plain line every :attr:`interval` seconds instead of tqdm's carriage-return
-    frames, e.g. ``[marl.train] mappo 33.3% of budget (64/192 step, 00:30 elapsed):
-    update=1 env_steps=64 agent_sps=2133 eval_success=0.50``. It takes the calls the training
-    loop makes on a tqdm bar (``n``, ``total``, ``set_postfix``, ``refresh``, ``close``)."""
-
-    interval: float = 30.0
-    #: the bar's postfix names -> the names in the line (those of metrics.jsonl)
-    _NAMES = {
-        "upd": "update",
-        "steps": "env_steps",
-        "sps": "agent_sps",
-        "succ": "episode_success",
-        "ret": "episode_return",
-        "eval": "eval_success",
-    }
-
-    def __init__(self, total: float, initial: int, desc: str, unit: str) -> None:
-        self.total, self.n, self.desc, self.unit = total, initial, desc, unit
-        self.postfix: dict[str, Any] = {}
-        self.start = self.last = time.perf_counter()
-
-    def set_postfix(self, postfix: dict[str, Any], refresh: bool = False) -> None:  # noqa: ARG002
-        self.postfix = dict(postfix)
-
-    def refresh(self) -> None:
-        """Write a line if :attr:`interval` seconds have passed since the last one."""
-        now = time.perf_counter()
-        if now - self.last < self.interval:
-            return
-        self.last = now
-        fields = " ".join(f"{self._NAMES.get(k, k)}={v}" for k, v in self.postfix.items())
-        print(
-            f"[marl.train] {self.desc} {self.n / self.total:.1%} of budget ({self.n}/"
-            f"{self.total:.0f} {self.unit}, {tqdm.format_interval(now - self.start)} elapsed): "
-            f"{fields}",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    def close(self) -> None:
-        pass
 
 
 def _seed_everything(seed: int) -> None:
@@ -271,12 +201,6 @@ def _check_env(cfg: BaseConfig) -> None:
     close = getattr(vec, "close", None)
     if callable(close):
         close()
-
-
-def _write_json(path: str, obj: Any) -> None:
-    with open(path + ".tmp", "w") as fh:
-        json.dump(obj, fh, indent=2)
-    os.replace(path + ".tmp", path)
 
 
 def _baseline_policies(cfg: BaseConfig) -> dict[str, Any]:
@@ -309,17 +233,20 @@ def _baseline_rows(cfg: BaseConfig, seeds: list[int]) -> dict[str, dict[str, Any
 
 
 def _finish(
-    algo,
+    algo: Algorithm,
     cfg: BaseConfig,
-    run_dir: str,
-    rows: list[dict] | None,
+    run: RunDir,
+    history: list[dict[str, Any]],
+    clock: TrainingClock,
+    checkpoints: _Checkpoints,
     *,
-    update: int = 0,
-    env_steps: int = 0,
-    provenance_record: dict[str, Any] | None = None,
+    update: int,
+    env_steps: int,
 ) -> dict[str, Any]:
-    """Final evaluation, eval.json, the policy artifact with it (policy/), plots, GIF and the
-    table (rank 0)."""
+    """The end of a run that trained to its budget (rank 0): the final evaluation, eval.json,
+    the policy artifact with it (policy/), plots, GIF, the table, and last finished.json
+    (everything a finished run holds is written). ``history``: the provenance records of the
+    run's invocations."""
     episodes = cfg.final_eval_episodes or cfg.eval_episodes
     seeds = list(range(cfg.eval_seed, cfg.eval_seed + episodes))
     result = evaluate_policy(
@@ -330,108 +257,71 @@ def _finish(
         deterministic=cfg.eval_deterministic,
         repeats=cfg.eval_repeats,
     )
-    _write_json(os.path.join(run_dir, "eval.json"), result)
+    atomic_write_json(run.eval_json, result, final_newline=False)
     write_policy_artifact(
-        run_dir,
+        run.path,
         algo.policy,
         cfg,
         update=update,
         env_steps=env_steps,
-        provenance=provenance_record,
+        provenance=history[-1],
         evaluation=result,
     )
     if cfg.plots:
-        metrics_rows = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
-        title = f"{cfg.algo} / {cfg.backbone} / seed {cfg.seed}"
-        plot_learning_curves(
-            metrics_rows, os.path.join(run_dir, "plots", "learning_curves.png"), title
-        )
-        adv = algo.last_advantages
-        if adv:
-            plot_advantage_histograms(
-                adv,
-                os.path.join(run_dir, "plots", "advantages.png"),
-                f"last update, whitening={cfg.whitening}",
-            )
+        _write_plots(algo, cfg, run)
     if cfg.gif:
-        try:
-            with headless_rendering():
-                frames = record_episode(
-                    algo.policy,
-                    cfg.env_fn,
-                    cfg.env,
-                    seeds[0],
-                    deterministic=cfg.eval_deterministic,
-                )
-            write_gif(frames, os.path.join(run_dir, "episode.gif"))
-        except Exception as exc:  # noqa: BLE001 - a GIF failure must not lose the run
-            print(f"[marl.run.train] episode.gif not written: {exc}", file=sys.stderr)
+        _write_gif(algo, cfg, run, seeds[0])
     table = {cfg.algo: result}
     if cfg.baselines:
         table.update(_baseline_rows(cfg, seeds))
     print(
         f"\nEvaluation on {len(seeds)} validation seeds "
-        f"({seeds[0]}..{seeds[-1]}), run dir {run_dir}:"
+        f"({seeds[0]}..{seeds[-1]}), run dir {run.path}:"
     )
     print(format_table(table))
+    record = _finished_record(
+        cfg,
+        history,
+        update=update,
+        env_steps=env_steps,
+        time_s=clock.elapsed(),
+        cpu_s=clock.cpu(),
+        checkpoint=checkpoints.relative_path(),
+    )
+    atomic_write_json(run.finished_json, record, final_newline=False)
     return result
 
 
-#: The files and folders a run writes in its directory: a directory holding any of them is a
-#: run (and is refused as the --run-dir of a new run without --overwrite).
-RUN_FILES = ("config.yaml", "metrics.jsonl", "eval.json", "episode.gif", FINISHED_MARKER)
-RUN_FOLDERS = ("checkpoints", "policy", "tb", "plots")
-
-
-def run_dir_contents(run_dir: str) -> list[str]:
-    """The run files and folders present in ``run_dir`` ([] for a missing or empty directory,
-    or one holding only other files)."""
-    if not os.path.isdir(run_dir):
-        return []
-    return [n for n in RUN_FILES + RUN_FOLDERS if os.path.lexists(os.path.join(run_dir, n))]
-
-
-def _check_new_run_dir(run_dir: str, overwrite: bool) -> None:
-    """A new run must not silently destroy an existing one."""
-    if os.path.lexists(run_dir) and not os.path.isdir(run_dir):
-        raise ConfigError(f"--run-dir {run_dir!r} exists and is not a directory")
-    found = run_dir_contents(run_dir)
-    if found and not overwrite:
-        raise ConfigError(
-            f"--run-dir {run_dir!r} already holds a run ({', '.join(found)}): continue it "
-            f"with --resume {run_dir}, or start it again with --overwrite (deletes those "
-            "files), or choose another --run-dir"
+def _write_plots(algo: Algorithm, cfg: BaseConfig, run: RunDir) -> None:
+    """plots/learning_curves.png (of metrics.jsonl) and plots/advantages.png (of the last
+    update's advantages, when the algorithm kept them)."""
+    title = f"{cfg.algo} / {cfg.backbone} / seed {cfg.seed}"
+    curves = os.path.join(run.plots, "learning_curves.png")
+    plot_learning_curves(read_metrics(run.metrics_jsonl), curves, title)
+    adv = algo.last_advantages
+    if adv:
+        plot_advantage_histograms(
+            adv,
+            os.path.join(run.plots, "advantages.png"),
+            f"last update, whitening={cfg.whitening}",
         )
 
 
-def _remove_run_files(run_dir: str) -> None:
-    """--overwrite: delete the previous run's files (only those; other files stay)."""
-    for name in RUN_FOLDERS:
-        path = os.path.join(run_dir, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        elif os.path.lexists(path):
-            os.remove(path)
-    for name in RUN_FILES:
-        if os.path.lexists(os.path.join(run_dir, name)):
-            os.remove(os.path.join(run_dir, name))
+def _write_gif(algo: Algorithm, cfg: BaseConfig, run: RunDir, seed: int) -> None:
+    """episode.gif: the episode of evaluation seed ``seed``; a failure is a line, not an
+    error (it must not lose the run)."""
+    try:
+        with headless_rendering():
+            frames = record_episode(
+                algo.policy, cfg.env_fn, cfg.env, seed, deterministic=cfg.eval_deterministic
+            )
+        write_gif(frames, run.episode_gif)
+    except Exception as exc:  # noqa: BLE001 - a GIF failure must not lose the run
+        print(f"[marl.run.train] episode.gif not written: {exc}", file=sys.stderr)
 
 
 def _warn(message: str) -> None:
     print(f"[marl.train] warning: {message}", file=sys.stderr, flush=True)
-
-
-def _kept_note(saved: dict[str, Any], cfg: BaseConfig) -> str:
-    """What a failed run kept: its newest good checkpoint, or that it had none yet."""
-    if saved["path"] is not None:
-        return (
-            f"The last good checkpoint is kept: {saved['path']} (update {saved['update']}); "
-            f"python -m marl.train --resume {cfg.run_dir} continues from it."
-        )
-    return (
-        "No checkpoint was kept: the run stopped before its first checkpoint (due at update "
-        f"{cfg.checkpoint_every}, --checkpoint-every)."
-    )
 
 
 def configure_process(cfg: BaseConfig) -> None:
@@ -464,8 +354,9 @@ def _set_threading_layer(name: str) -> None:
 
 def train(
     cfg: BaseConfig,
+    options: RunOptions | None = None,
     *,
-    resume: bool = False,
+    resume: bool | None = None,
     overwrite: bool | None = None,
     keep_checkpoints: int | None = None,
     wandb: WandbOptions | None = None,
@@ -473,36 +364,78 @@ def train(
     """Run training as configured; returns the final evaluation ({} on ranks other than 0),
     or None when SIGINT/SIGTERM interrupted it (a checkpoint was written).
 
+    ``options`` (:func:`marl.run.config.parse_train_args`; default: a new run, nothing else):
+    ``resume`` continues the run in that directory; ``overwrite`` lets a new run replace an
+    existing one; ``keep_checkpoints`` how many checkpoints to keep (default: the resumed
+    run's value, else :data:`marl.run.checkpoint.DEFAULT_KEEP`); ``wandb`` also logs to
+    Weights & Biases (a resumed run continues its W&B run). The keyword arguments, when given,
+    replace those options (``resume=True``: continue ``cfg.run_dir``).
+
     Everything is checked before anything is written: the run directory (an existing run is
-    refused unless ``overwrite``; default ``cfg._overwrite`` from ``--overwrite``), the device,
-    the env, and on ``resume`` the newest checkpoint that loads (older ones are tried when a
-    newer one is corrupt) and that it fits the algorithm. ``keep_checkpoints``: how many
-    checkpoints to keep (default ``--keep-checkpoints``, else the resumed run's value, else
-    :data:`marl.run.checkpoint.DEFAULT_KEEP`). ``wandb``: also log to Weights & Biases
-    (default ``cfg._wandb`` from ``--wandb``; a resumed run continues its W&B run).
+    refused unless ``overwrite``), the device, the env, and on resume the newest checkpoint
+    that loads (older ones are tried when a newer one is corrupt) and that it fits the
+    algorithm.
     """
+    options = _with_overrides(
+        cfg,
+        options,
+        resume=resume,
+        overwrite=overwrite,
+        keep_checkpoints=keep_checkpoints,
+        wandb=wandb,
+    )
     resolve_budget(cfg)
-    if resume and cfg.run_dir is not None:
-        finished = _finished_within_budget(cfg, cfg.run_dir)
+    if options.resume is not None:
+        finished = _finished_within_budget(cfg, options.resume)
         if finished is not None:
             return finished
-    if wandb is None:
-        wandb = getattr(cfg, "_wandb", None)
-    if wandb is not None:
+    if options.wandb is not None:
         try:
             import_wandb()
         except WandbError as exc:
             raise ConfigError(str(exc)) from None
-    if overwrite is None:
-        overwrite = bool(getattr(cfg, "_overwrite", False))
-    if keep_checkpoints is None:
-        keep_checkpoints = getattr(cfg, "_keep_checkpoints", None)
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: CUDA is not available here; allowed here: cpu, auto")
     configure_process(cfg)
     compile_clock()  # from here on numba's compilations are announced and timed
+    ctx, device = _start_process(cfg)
+    run = RunDir(options.resume or cfg.run_dir or _default_run_dir(cfg))
+    cfg.run_dir = run.path
+    if not options.resuming and ctx.is_main:  # rank 0 decides (the others may look later)
+        run.check_new(options.overwrite)
+    _check_env(cfg)
+    algo_cls = get_algorithm(cfg.algo)
+    start = _starting_point(run, options, ctx.is_main)
+    seed = ctx.seed_offset(cfg.seed)
+    _seed_everything(seed)
+    algo = algo_cls(cfg, ctx, device)
+    if start.resumed:
+        _restore(algo, start, run, seed=seed, is_main=ctx.is_main)
+    # everything is checked: from here on the run directory is written (rank 0 only)
+    with contextlib.ExitStack() as held:
+        if ctx.is_main:
+            held.enter_context(run.claim(resume=options.resuming, overwrite=options.overwrite))
+            config_yaml = yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
+            atomic_write_text(run.config_yaml, config_yaml)
+        return _train_loop(cfg, ctx, algo, run, start, options.wandb)
+
+
+def _with_overrides(cfg: BaseConfig, options: RunOptions | None, **overrides: Any) -> RunOptions:
+    """``options`` (default ``RunOptions()``) with the keyword arguments of :func:`train` that
+    are not None; ``resume=True`` continues ``cfg.run_dir``."""
+    given = {name: value for name, value in overrides.items() if value is not None}
+    if given.get("resume") is True:
+        if cfg.run_dir is None:
+            raise ConfigError("resume=True: cfg.run_dir names no run directory to continue")
+        given["resume"] = cfg.run_dir
+    elif given.get("resume") is False:
+        given["resume"] = None
+    return dataclasses.replace(options or RunOptions(), **given)
+
+
+def _start_process(cfg: BaseConfig) -> tuple[distributed.DistContext, torch.device]:
+    """The process group (under torchrun), torch's thread count and the device."""
     ctx = _init_distributed(cfg)
-    is_main = ctx.is_main
     # default: up to 2 threads per process, the cores shared among torchrun's local ranks
     local_world = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     threads = cfg.torch_threads or max(1, min(2, (os.cpu_count() or 1) // local_world))
@@ -512,80 +445,91 @@ def train(
         if cfg.device == "auto" and torch.cuda.is_available()
         else ("cpu" if cfg.device == "auto" else cfg.device)
     )
-    run_dir = cfg.run_dir or _default_run_dir(cfg)
-    cfg.run_dir = run_dir
-    if not resume and is_main:  # rank 0 decides (the others may look after it wrote)
-        _check_new_run_dir(run_dir, overwrite)
-    _check_env(cfg)
-    algo_cls = get_algorithm(cfg.algo)
-    ckpt, ckpt_path = None, None
-    if resume:
-        ckpt, ckpt_path, _ = load_newest_checkpoint(run_dir, warn=_warn if is_main else None)
-        if keep_checkpoints is None:
-            keep_checkpoints = ckpt.get("keep_checkpoints")
-    keep = int(keep_checkpoints or DEFAULT_KEEP)
-    seed = ctx.seed_offset(cfg.seed)
-    _seed_everything(seed)
-    algo = algo_cls(cfg, ctx, device)
-    update, env_steps, elapsed_before, cpu_before = 0, 0, 0.0, 0.0
-    if ckpt is not None:
-        try:
-            algo.load_state_dict(ckpt["algo"])
-        except (KeyError, RuntimeError, ValueError, TypeError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise CheckpointError(
-                f"checkpoint {ckpt_path} does not fit the run's configuration ({first})"
-            ) from exc
-        update, env_steps = int(ckpt["update"]), int(ckpt["env_steps"])
-        elapsed_before = float(ckpt["elapsed"])
-        # checkpoints from before the CPU-time budget: their wall time bounds the CPU time of a
-        # one-thread run from above (no run goes over its --max-cpu-time for the missing key)
-        cpu_before = float(ckpt.get("cpu_elapsed", elapsed_before))
-        if is_main:
-            set_rng_state(ckpt["rng"])
-        else:
-            _seed_everything(seed + update)
-        if is_main:
-            print(
-                f"[marl.train] resuming {run_dir} from {os.path.relpath(ckpt_path, run_dir)} "
-                f"(update {update}, {env_steps} env steps)",
-                file=sys.stderr,
-                flush=True,
-            )
-    # everything is checked: from here on the run directory is written (rank 0 only)
-    with contextlib.ExitStack() as held:
-        if is_main:
-            os.makedirs(run_dir, exist_ok=True)
-            held.enter_context(lock_run_dir(run_dir))
-            if not resume and overwrite:
-                _remove_run_files(run_dir)
-            # the marker (and eval.json) of a finished run: a continued or restarted run removes
-            # them first
-            outputs = (FINISHED_MARKER, "eval.json")
-            for stale in outputs if resume else (*outputs, "episode.gif"):
-                if os.path.exists(os.path.join(run_dir, stale)):
-                    os.remove(os.path.join(run_dir, stale))
-            if not resume:
-                for stale_dir in ("tb", "checkpoints", "policy", "plots"):
-                    shutil.rmtree(os.path.join(run_dir, stale_dir), ignore_errors=True)
-            _write_text(
-                os.path.join(run_dir, "config.yaml"),
-                yaml.safe_dump(config_to_dict(cfg), sort_keys=False),
-            )
-        return _train_loop(
-            cfg,
-            ctx,
-            algo,
-            run_dir,
-            resume,
-            keep,
-            update,
-            env_steps,
-            (elapsed_before, cpu_before),
-            ckpt_path,
-            wandb=wandb,
-            wandb_resume_id=ckpt.get("wandb_run_id") if ckpt is not None else None,
-            earlier_provenance=ckpt.get("provenance") if ckpt is not None else None,
+    return ctx, device
+
+
+@dataclass(frozen=True)
+class _Start:
+    """Where the loop starts: update 0 of a new run, or the checkpoint (``payload``, read from
+    ``path``) that a resumed run continues; ``keep``: how many checkpoints the run keeps."""
+
+    keep: int
+    payload: dict[str, Any] | None = None
+    path: str | None = None
+
+    @property
+    def resumed(self) -> bool:
+        return self.payload is not None
+
+    @property
+    def update(self) -> int:
+        return int(self.payload["update"]) if self.payload else 0
+
+    @property
+    def env_steps(self) -> int:
+        return int(self.payload["env_steps"]) if self.payload else 0
+
+    @property
+    def elapsed(self) -> float:
+        """Wall seconds of training in earlier invocations."""
+        return float(self.payload["elapsed"]) if self.payload else 0.0
+
+    @property
+    def cpu(self) -> float:
+        """CPU seconds of training in earlier invocations. Checkpoints from before the CPU-time
+        budget have none: their wall time bounds the CPU time of a one-thread run from above (no
+        run goes over its --max-cpu-time for the missing key)."""
+        return float(self.payload.get("cpu_elapsed", self.elapsed)) if self.payload else 0.0
+
+    @property
+    def position(self) -> tuple[int, float, float]:
+        """(env steps, wall seconds, CPU seconds) of training done before this invocation."""
+        return self.env_steps, self.elapsed, self.cpu
+
+    @property
+    def wandb_run_id(self) -> str | None:
+        return self.payload.get("wandb_run_id") if self.payload else None
+
+    @property
+    def provenance(self) -> list[dict[str, Any]]:
+        """The :func:`marl.run.provenance.provenance` records of the earlier invocations."""
+        return list(self.payload.get("provenance") or []) if self.payload else []
+
+
+def _starting_point(run: RunDir, options: RunOptions, is_main: bool) -> _Start:
+    """A new run's start; on resume the newest checkpoint that loads (each newer one that does
+    not is reported, on rank 0). The checkpoints kept: ``--keep-checkpoints``, else the resumed
+    run's value, else :data:`marl.run.checkpoint.DEFAULT_KEEP`."""
+    keep = options.keep_checkpoints
+    if not options.resuming:
+        return _Start(keep=int(keep or DEFAULT_KEEP))
+    payload, path, _ = load_newest_checkpoint(run.path, warn=_warn if is_main else None)
+    if keep is None:
+        keep = payload.get("keep_checkpoints")
+    return _Start(keep=int(keep or DEFAULT_KEEP), payload=payload, path=path)
+
+
+def _restore(algo: Algorithm, start: _Start, run: RunDir, *, seed: int, is_main: bool) -> None:
+    """Load the resumed checkpoint into ``algo`` and restore the RNGs (rank 0: the saved ones;
+    the other ranks are seeded anew from their seed and the update)."""
+    assert start.payload is not None and start.path is not None
+    try:
+        algo.load_state_dict(start.payload["algo"])
+    except (KeyError, RuntimeError, ValueError, TypeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"checkpoint {start.path} does not fit the run's configuration ({first})"
+        ) from exc
+    if is_main:
+        set_rng_state(start.payload["rng"])
+    else:
+        _seed_everything(seed + start.update)
+    if is_main:
+        print(
+            f"[marl.train] resuming {run.path} from {os.path.relpath(start.path, run.path)} "
+            f"(update {start.update}, {start.env_steps} env steps)",
+            file=sys.stderr,
+            flush=True,
         )
 
 
@@ -594,13 +538,13 @@ def _finished_within_budget(cfg: BaseConfig, run_dir: str) -> dict[str, Any] | N
     one line saying so and the run's final evaluation (eval.json; {} without one), every file
     left as it is; None when the run is unfinished or the budget is larger."""
     try:
-        with open(os.path.join(run_dir, FINISHED_MARKER)) as fh:
+        with open(RunDir(run_dir).finished_json) as fh:
             marker = json.load(fh)
         env_steps, time_s = int(marker["env_steps"]), float(marker["time_s"])
         cpu_s = float(marker.get("cpu_s", time_s))  # markers from before --max-cpu-time
     except (OSError, ValueError, KeyError, TypeError):
         return None  # unfinished, or a damaged marker: the resume rewrites it
-    budget = _Budget(cfg)
+    budget = Budget(cfg)
     if budget.progress(env_steps, time_s, cpu_s) < 1.0:
         return None
     if os.environ.get("RANK", "0") == "0":  # under torchrun: rank 0 says it
@@ -613,7 +557,7 @@ def _finished_within_budget(cfg: BaseConfig, run_dir: str) -> dict[str, Any] | N
             flush=True,
         )
     try:
-        with open(os.path.join(run_dir, "eval.json")) as fh:
+        with open(RunDir(run_dir).eval_json) as fh:
             return json.load(fh)
     except (OSError, ValueError):
         return {}
@@ -654,282 +598,178 @@ def _finished_record(
     }
 
 
-def _write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically; an OSError names ``path``."""
-    try:
-        with open(path + ".tmp", "w") as fh:
-            fh.write(text)
-        os.replace(path + ".tmp", path)
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror or str(exc), path) from exc
+class _Checkpoints:
+    """The run's checkpoints (rank 0 writes them; :func:`marl.run.checkpoint.save_run_checkpoint`),
+    each with the policy artifact of its update beside it (``policy/``, no pickle: an
+    interrupted run can be evaluated and exported too), and what a failed run says it kept."""
+
+    def __init__(
+        self,
+        cfg: BaseConfig,
+        algo: Algorithm,
+        run: RunDir,
+        start: _Start,
+        logger: RunLogger,
+        history: list[dict[str, Any]],
+        *,
+        enabled: bool,
+    ) -> None:
+        self.cfg, self.algo, self.run, self.keep = cfg, algo, run, start.keep
+        self.logger, self.history, self.enabled = logger, history, enabled
+        self.wandb_resume_id = start.wandb_run_id
+        #: the newest checkpoint written (or resumed from) and its update
+        self.path: str | None = start.path
+        self.update: int | None = start.update if start.resumed else None
+
+    def save(self, update: int, env_steps: int, clock: TrainingClock) -> None:
+        """Checkpoint ``update`` unless it is the newest checkpoint already; NonFiniteError
+        (nothing written) when the policy's parameters are not finite."""
+        if not self.enabled or self.update == update:
+            return
+        for p in self.algo.policy.parameters():
+            if not torch.isfinite(p).all():
+                raise NonFiniteError("policy parameters (checkpoint not written)")
+        payload = {
+            "algo": self.algo.state_dict(),
+            "update": update,
+            "env_steps": env_steps,
+            "elapsed": clock.elapsed(),
+            "cpu_elapsed": clock.cpu(),
+            "rng": rng_state(),
+            "config": config_to_dict(self.cfg),
+            "keep_checkpoints": self.keep,
+            # kept through resumes without --wandb, for a later one with it
+            "wandb_run_id": self.logger.wandb_run_id or self.wandb_resume_id,
+            "provenance": self.history,
+        }
+        self.logger.flush()  # the TensorBoard events up to this update are on disk first
+        self.path = save_run_checkpoint(self.run.path, update, payload, self.keep)
+        self.update = update
+        self.write_policy(update, env_steps)
+
+    def write_policy(self, update: int, env_steps: int) -> None:
+        """The policy artifact of ``update`` (no final evaluation yet)."""
+        write_policy_artifact(
+            self.run.path,
+            self.algo.policy,
+            self.cfg,
+            update=update,
+            env_steps=env_steps,
+            provenance=self.history[-1],
+        )
+
+    def relative_path(self) -> str | None:
+        """The newest checkpoint's path in the run directory (None before the first)."""
+        return self.path and os.path.relpath(self.path, self.run.path)
+
+    def kept_note(self) -> str:
+        """What a failed run kept: its newest good checkpoint, or that it had none yet."""
+        if self.path is not None:
+            return (
+                f"The last good checkpoint is kept: {self.path} (update {self.update}); "
+                f"python -m marl.train --resume {self.run.path} continues from it."
+            )
+        return (
+            "No checkpoint was kept: the run stopped before its first checkpoint (due at update "
+            f"{self.cfg.checkpoint_every}, --checkpoint-every)."
+        )
+
+
+@dataclass(frozen=True)
+class _Cadence:
+    """When the loop evaluates (every ``--eval-every`` updates, 0: never; on rank 0) and when
+    it checkpoints (every ``--checkpoint-every`` updates; and once more at its end)."""
+
+    eval_every: int
+    checkpoint_every: int
+    evaluates: bool
+
+    def evaluate_at(self, update: int) -> bool:
+        return self.evaluates and bool(self.eval_every) and update % self.eval_every == 0
+
+    def checkpoint_at(self, update: int) -> bool:
+        return update % self.checkpoint_every == 0
+
+
+def _evaluation_row(cfg: BaseConfig, algo: Algorithm) -> dict[str, float]:
+    """An evaluation during training (``eval_episodes`` seeds from ``eval_seed``): its numeric
+    figures as ``eval/`` keys of the metrics row, with the short names of docs/CONTRACTS.md
+    section 4 too (eval/success, eval/solved)."""
+    seeds = list(range(cfg.eval_seed, cfg.eval_seed + cfg.eval_episodes))
+    res = evaluate_policy(
+        algo.policy,
+        cfg.env_fn,
+        cfg.env,
+        seeds,
+        deterministic=cfg.eval_deterministic,
+        repeats=cfg.eval_repeats,
+    )
+    row = {
+        f"eval/{k}": v
+        for k, v in res.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    for short, long in (("success", "success_rate"), ("solved", "solved_rate")):
+        if f"eval/{long}" in row:
+            row[f"eval/{short}"] = row[f"eval/{long}"]
+    return row
 
 
 def _train_loop(
     cfg: BaseConfig,
     ctx: distributed.DistContext,
     algo: Algorithm,
-    run_dir: str,
-    resume: bool,
-    keep: int,
-    update: int,
-    env_steps: int,
-    before: tuple[float, float],
-    ckpt_path: str | None,
-    *,
-    wandb: WandbOptions | None = None,
-    wandb_resume_id: str | None = None,
-    earlier_provenance: list[dict[str, Any]] | None = None,
+    run: RunDir,
+    start: _Start,
+    wandb: WandbOptions | None,
 ) -> dict[str, Any] | None:
-    """The loop of :func:`train` once the run directory is prepared (and locked).
-
-    ``before``: (wall seconds, CPU seconds) of training in earlier invocations (a resume);
-    ``earlier_provenance``: their :func:`marl.run.provenance.provenance` records.
-    """
-    elapsed_before, cpu_before = before
+    """The run once its directory is prepared (and locked): iterate, log, evaluate and
+    checkpoint until the budget is spent, then finish (final evaluation, plots, finished.json
+    last); stopped by SIGINT/SIGTERM, checkpoint and return None."""
     is_main = ctx.is_main
-    world = ctx.world_size
-    budget = _Budget(cfg)
-    logger = RunLogger(
-        run_dir,
-        enabled=is_main,
-        resume_update=update if resume else None,
-        resume_env_steps=env_steps if resume else None,
-        wandb=wandb if is_main else None,
-        wandb_config=config_to_dict(cfg),
-        wandb_resume_id=wandb_resume_id,
-    )
-    agents = algo.layout.n_agents
-    saved: dict[str, Any] = {"path": ckpt_path, "update": update if resume else None}
+    logger = _run_logger(cfg, run, start, wandb, enabled=is_main)
     # provenance of every invocation of this run (a resumed run keeps its earlier parts')
-    history = [*(earlier_provenance or []), provenance()]
-
-    def save(path_update: int) -> None:
-        if not is_main or saved["update"] == path_update:
-            return
-        for p in algo.policy.parameters():
-            if not torch.isfinite(p).all():
-                raise NonFiniteError("policy parameters (checkpoint not written)")
-        payload = {
-            "algo": algo.state_dict(),
-            "update": path_update,
-            "env_steps": env_steps,
-            "elapsed": elapsed_now(),
-            "cpu_elapsed": cpu_now(),
-            "rng": rng_state(),
-            "config": config_to_dict(cfg),
-            "keep_checkpoints": keep,
-            # kept through resumes without --wandb, for a later one with it
-            "wandb_run_id": logger.wandb_run_id or wandb_resume_id,
-            "provenance": history,
-        }
-        logger.flush()  # the TensorBoard events up to this update are on disk first
-        saved["path"] = save_run_checkpoint(run_dir, path_update, payload, keep)
-        saved["update"] = path_update
-        # the policy apart from the resume state (no pickle), so that an interrupted run can
-        # be evaluated and exported too
-        write_policy_artifact(
-            run_dir,
-            algo.policy,
-            cfg,
-            update=path_update,
-            env_steps=env_steps,
-            provenance=history[-1],
-        )
-
-    if is_main and resume:  # the artifact of the timeline resumed (no final evaluation yet)
-        write_policy_artifact(
-            run_dir, algo.policy, cfg, update=update, env_steps=env_steps, provenance=history[-1]
-        )
-
-    # SIGINT (Ctrl-C) and SIGTERM (schedulers, timeout, marl.compare): finish the update,
-    # write a checkpoint, exit EXIT_INTERRUPTED. A second SIGINT stops at once; repeated
-    # SIGTERMs do not (a scheduler or a dying parent may send several). During the final
-    # evaluation either signal stops at once (the final checkpoint is already written).
-    stop: dict[str, Any] = {"flag": False, "signal": None, "at": None, "finishing": False}
-
-    def on_signal(signum: int, frame: Any) -> None:  # noqa: ARG001
-        if stop["finishing"] or (signum == signal.SIGINT and stop["flag"]):
-            raise KeyboardInterrupt
-        if not stop["flag"]:
-            stop.update(flag=True, signal=signal.Signals(signum).name, at=time.perf_counter())
-            if is_main:
-                print(
-                    f"\n[marl.train] {stop['signal']} received: stopping after this update "
-                    "and writing a checkpoint (Ctrl-C again to stop at once)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-
-    handled = (signal.SIGINT, signal.SIGTERM)
-    old_handlers = {s: signal.signal(s, on_signal) for s in handled} if _main_thread() else {}
-    bar = None
-    # the bar counts env steps towards --total-steps, else seconds towards --max-time, else
-    # CPU seconds towards --max-cpu-time
-    bar_total, bar_unit = budget.bar_total()
-    bar_in_steps = bar_unit == "step"
-
-    def bar_position(steps: int, elapsed: float, cpu: float) -> int:
-        return steps if bar_in_steps else int(elapsed if bar_unit == "s" else cpu)
-
-    if is_main and cfg.progress and not sys.stderr.isatty():
-        bar = _ProgressLines(
-            bar_total, bar_position(env_steps, elapsed_before, cpu_before), cfg.algo, bar_unit
-        )
-    elif is_main and cfg.progress:
-        bar = tqdm(
-            total=bar_total if bar_in_steps else math.ceil(bar_total),
-            initial=bar_position(env_steps, elapsed_before, cpu_before),
-            desc=f"{cfg.algo}",
-            unit=bar_unit,
-            unit_scale=bar_in_steps,
-            # seconds of budget per second is no rate: show the times instead
-            bar_format=None
-            if bar_in_steps
-            else "{l_bar}{bar}| {n_fmt}/{total_fmt} "
-            + bar_unit
-            + " [{elapsed}<{remaining}{postfix}]",
-            leave=False,
-            dynamic_ncols=True,
-            file=sys.stderr,
-        )
-    # numba compiles a kernel on its first use (once: it is cached for later runs); the budget
-    # does not count that time
-    clock = compile_clock()
-    compiled_wall, compiled_cpu = clock.wall_s, clock.cpu_s
-    t_start = time.perf_counter()
-    cpu_start = time.process_time()
-
-    def elapsed_now() -> float:
-        """Wall seconds of training, this invocation's and the earlier ones', numba's
-        compilations left out: what --max-time counts."""
-        return elapsed_before + time.perf_counter() - t_start - (clock.wall_s - compiled_wall)
-
-    def cpu_now() -> float:
-        """CPU seconds of training, this invocation's and the earlier ones', numba's
-        compilations left out: what --max-cpu-time counts."""
-        return cpu_before + time.process_time() - cpu_start - (clock.cpu_s - compiled_cpu)
-
-    last_eval: dict[str, Any] = {}
-    interrupted = False
+    history = [*start.provenance, provenance()]
+    checkpoints = _Checkpoints(cfg, algo, run, start, logger, history, enabled=is_main)
+    if is_main and start.resumed:  # the artifact of the timeline resumed
+        checkpoints.write_policy(start.update, start.env_steps)
+    cadence = _Cadence(cfg.eval_every, cfg.checkpoint_every, evaluates=is_main)
+    budget, update, env_steps = Budget(cfg), start.update, start.env_steps
+    bar = ProgressBar(budget, cfg.algo, start.position, enabled=is_main and cfg.progress)
     try:
-        while True:
-            elapsed = elapsed_now()
-            progress = budget.progress(env_steps, elapsed, cpu_now())
-            if ctx.enabled:  # every rank takes rank 0's decision
-                progress = float(distributed.broadcast_object(progress, ctx))
-            if progress >= 1.0:
-                break
-            t_iter = time.perf_counter()
-            metrics = algo.iteration(min(progress, 1.0))
-            delta = int(metrics.pop("env_steps_delta")) * world
-            env_steps += delta
-            update += 1
-            dt = time.perf_counter() - t_iter
-            elapsed = elapsed_now()
-            row = {
-                "update": update,
-                "env_steps": env_steps,
-                "time_s": elapsed,
-                "cpu_s": cpu_now(),
-                "sps": delta / dt,
-                "agent_sps": delta * agents / dt,
-            }
-            row.update(metrics)
-            if is_main and cfg.eval_every and update % cfg.eval_every == 0:
-                seeds = list(range(cfg.eval_seed, cfg.eval_seed + cfg.eval_episodes))
-                res = evaluate_policy(
-                    algo.policy,
-                    cfg.env_fn,
-                    cfg.env,
-                    seeds,
-                    deterministic=cfg.eval_deterministic,
-                    repeats=cfg.eval_repeats,
-                )
-                last_eval = {
-                    f"eval/{k}": v
-                    for k, v in res.items()
-                    if isinstance(v, (int, float)) and not isinstance(v, bool)
-                }
-                # the short names of docs/CONTRACTS.md section 4 (eval/success, eval/solved)
-                for short, long in (("success", "success_rate"), ("solved", "solved_rate")):
-                    if f"eval/{long}" in last_eval:
-                        last_eval[f"eval/{short}"] = last_eval[f"eval/{long}"]
-                row.update(last_eval)
-            logger.log(row)
-            if bar is not None:
-                bar.n = min(bar_position(env_steps, elapsed, row["cpu_s"]), bar.total)
-                post = {"upd": update, "steps": env_steps, "sps": f"{row['agent_sps']:.0f}"}
-                if "episode/success" in row:
-                    post["succ"] = f"{row['episode/success']:.2f}"
-                if "episode/return" in row:
-                    post["ret"] = f"{row['episode/return']:.2f}"
-                if "eval/success_rate" in last_eval:
-                    post["eval"] = f"{last_eval['eval/success_rate']:.2f}"
-                bar.set_postfix(post, refresh=False)
-                bar.refresh()
-            if update % cfg.checkpoint_every == 0:
-                save(update)
-            if ctx.enabled:  # stop together if any rank was interrupted
-                flag = torch.tensor([float(stop["flag"])], device=ctx.device)
-                stop["flag"] = bool(distributed.all_reduce_sum(flag, ctx).item() > 0)
-            if stop["flag"]:
-                interrupted = True
-                break
-        if bar is not None:
+        with StopSignals(announce=is_main) as stop:
+            clock = TrainingClock(start.elapsed, start.cpu)
+            interrupted = False
+            while (progress := _agreed_progress(budget, env_steps, clock, ctx)) < 1.0:
+                row = _iterate(algo, progress, update, env_steps, clock, ctx.world_size)
+                update, env_steps = row["update"], row["env_steps"]
+                if cadence.evaluate_at(update):
+                    row.update(_evaluation_row(cfg, algo))
+                logger.log(row)
+                bar.show(row)
+                if cadence.checkpoint_at(update):
+                    checkpoints.save(update, env_steps, clock)
+                if _stop_agreed(stop, ctx):
+                    interrupted = True
+                    break
             bar.close()
-            bar = None
-        save(update)
-        logger.close()
-        if interrupted:
+            checkpoints.save(update, env_steps, clock)
+            logger.close()
+            if interrupted:
+                if is_main:
+                    _say_interrupted(stop, checkpoints, update)
+                return None
+            stop.finishing = True  # from here on a signal stops at once
+            result = {}
             if is_main:
-                took = ""
-                if stop["at"] is not None:
-                    took = f" {time.perf_counter() - stop['at']:.1f}s after {stop['signal']}"
-                print(
-                    f"[marl.train] interrupted: checkpoint {saved['path']} (update {update}) "
-                    f"written{took}; continue with: python -m marl.train --resume {run_dir}",
-                    file=sys.stderr,
-                    flush=True,
+                result = _finish(
+                    algo, cfg, run, history, clock, checkpoints, update=update, env_steps=env_steps
                 )
-            return None
-        stop["finishing"] = True
-        result = (
-            _finish(
-                algo,
-                cfg,
-                run_dir,
-                None,
-                update=update,
-                env_steps=env_steps,
-                provenance_record=history[-1],
-            )
-            if is_main
-            else {}
-        )
-        if is_main:  # last: everything a finished run holds is written
-            _write_json(
-                os.path.join(run_dir, FINISHED_MARKER),
-                _finished_record(
-                    cfg,
-                    history,
-                    update=update,
-                    env_steps=env_steps,
-                    time_s=elapsed_now(),
-                    cpu_s=cpu_now(),
-                    checkpoint=saved["path"] and os.path.relpath(saved["path"], run_dir),
-                ),
-            )
-    except (NonFiniteError, OSError) as exc:
-        exc.marl_kept = _kept_note(saved, cfg)  # type: ignore[attr-defined]
-        raise
-    except KeyboardInterrupt as exc:
-        exc.marl_kept = _kept_note(saved, cfg)  # type: ignore[attr-defined]
+    except (NonFiniteError, OSError, KeyboardInterrupt) as exc:
+        exc.marl_kept = checkpoints.kept_note()  # type: ignore[attr-defined]
         raise
     finally:
-        for s, old in old_handlers.items():
-            signal.signal(s, old)
-        if bar is not None:
-            bar.close()
+        bar.close()
         if not logger.closed:
             with contextlib.suppress(OSError):
                 logger.close()
@@ -938,8 +778,75 @@ def _train_loop(
     return result
 
 
-def _main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
+def _run_logger(
+    cfg: BaseConfig, run: RunDir, start: _Start, wandb: WandbOptions | None, *, enabled: bool
+) -> RunLogger:
+    """metrics.jsonl, TensorBoard and W&B (rank 0); a resumed run's rows and events past its
+    checkpoint are dropped, and its W&B run continued."""
+    return RunLogger(
+        run.path,
+        enabled=enabled,
+        resume_update=start.update if start.resumed else None,
+        resume_env_steps=start.env_steps if start.resumed else None,
+        wandb=wandb if enabled else None,
+        wandb_config=config_to_dict(cfg),
+        wandb_resume_id=start.wandb_run_id,
+    )
+
+
+def _agreed_progress(
+    budget: Budget, env_steps: int, clock: TrainingClock, ctx: distributed.DistContext
+) -> float:
+    """The budget's progress; every rank takes rank 0's (they stop together)."""
+    progress = budget.progress(env_steps, clock.elapsed(), clock.cpu())
+    if ctx.enabled:
+        progress = float(distributed.broadcast_object(progress, ctx))
+    return progress
+
+
+def _iterate(
+    algo: Algorithm,
+    progress: float,
+    update: int,
+    env_steps: int,
+    clock: TrainingClock,
+    world_size: int,
+) -> dict[str, Any]:
+    """One iteration of the algorithm and its metrics row: the update's number and the env
+    steps (of every rank) after it, time_s and cpu_s (what the budget counts), sps and
+    agent_sps, then the algorithm's metrics."""
+    t_iter = time.perf_counter()
+    metrics = algo.iteration(progress)
+    delta = int(metrics.pop("env_steps_delta")) * world_size
+    dt = time.perf_counter() - t_iter
+    row = {
+        "update": update + 1,
+        "env_steps": env_steps + delta,
+        "time_s": clock.elapsed(),
+        "cpu_s": clock.cpu(),
+        "sps": delta / dt,
+        "agent_sps": delta * algo.layout.n_agents / dt,
+    }
+    row.update(metrics)
+    return row
+
+
+def _stop_agreed(stop: StopSignals, ctx: distributed.DistContext) -> bool:
+    """Whether a stop signal came, on any rank (every rank stops with it)."""
+    if ctx.enabled:
+        flag = torch.tensor([float(stop.requested)], device=ctx.device)
+        stop.requested = bool(distributed.all_reduce_sum(flag, ctx).item() > 0)
+    return stop.requested
+
+
+def _say_interrupted(stop: StopSignals, checkpoints: _Checkpoints, update: int) -> None:
+    print(
+        f"[marl.train] interrupted: checkpoint {checkpoints.path} (update {update}) "
+        f"written{stop.since()}; continue with: python -m marl.train --resume "
+        f"{checkpoints.run.path}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 #: errno values of a file-system fault (full disk, quota, read-only, permissions, I/O)
@@ -964,22 +871,6 @@ def _describe_os_error(exc: OSError) -> str:
     return f"file-system error{where}: {cause}" + (f" ({code})" if code else "")
 
 
-class _FlagParser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
-        raise ConfigError(message)
-
-
-def _parse_wandb_flags(argv: list[str]) -> tuple[WandbOptions | None, list[str]]:
-    """(the ``--wandb*`` options, the other arguments for :func:`parse_cli`)."""
-    parser = _FlagParser(add_help=False, allow_abbrev=False)
-    add_wandb_arguments(parser)
-    ns, rest = parser.parse_known_args(list(argv))
-    try:
-        return wandb_options_from_args(ns), rest
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-
-
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the process exit status: 0 finished, 1 stopped by the
     non-finite guard, 2 bad input or a file-system error, :data:`EXIT_INTERRUPTED` (3)
@@ -991,14 +882,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        wandb, argv = _parse_wandb_flags(argv)
-        cfg = parse_cli(argv)
+        cfg, options = parse_train_args(argv)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    cfg._wandb = wandb  # type: ignore[attr-defined]
-    resume = getattr(cfg, "_resume", None) is not None
-    if resume and not list_checkpoints(cfg.run_dir):
+    if options.resuming and not list_checkpoints(cfg.run_dir):
         print(
             f"error: --resume {cfg.run_dir!r}: no checkpoint in {cfg.run_dir}/checkpoints (the "
             "run stopped before its first checkpoint); start it again with --run-dir "
@@ -1007,8 +895,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        result = train(cfg, resume=resume)
-    except (ConfigError, CheckpointError, RunDirBusyError, WandbError) as exc:
+        result = train(cfg, options)
+    except (ConfigError, RunDirError, CheckpointError, RunDirBusyError, WandbError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except NonFiniteError as exc:
