@@ -20,7 +20,7 @@ import sys
 
 import torch
 
-from marl.algos.ppo import Minibatch, PolicyUpdate, PPOLossConfig
+from marl.algos.ppo import ClipPPOObjective, Minibatch, PolicyUpdate, PPOLossConfig
 from marl.core.losses import OptimismOffset, ValueNorm
 from marl.policies import AgentLayout, MultiAgentPolicy, TypeSpec
 from marl.run.distributed import DistContext, init_distributed, shutdown
@@ -105,7 +105,7 @@ def run_policy_steps(
         epochs=1,
         num_minibatches=1,
         max_grad_norm=max_grad_norm,
-        offset=offset,
+        objective=ClipPPOObjective(offset=offset),
         ctx=ctx,
     )
     grads, params = [], []

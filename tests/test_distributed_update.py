@@ -2,7 +2,7 @@
 
 Two gloo processes (``torchrun``, as tests/test_distributed.py) each take a slice of the same
 global minibatches with *unequal* numbers of valid samples (different ``loss_mask`` sums).
-Every loss term of :func:`marl.algos.ppo.ppo_loss` is a sum over the rank's valid samples
+Every loss term of :class:`marl.algos.ppo.ClipPPOObjective` is a sum over the rank's valid samples
 divided by their count, and :meth:`PolicyUpdate.step` passes that count as the weight of
 :func:`marl.run.distributed.average_gradients`; so the averaged gradient is exactly the
 gradient of the mean over the concatenation, and the optimiser steps are the same as one

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -72,9 +73,14 @@ def test_logit_penalty_hand_worked_and_in_the_metrics(registry):
         advantages=torch.zeros(1, 1, 1),
         loss_mask=torch.ones(1, 1, dtype=torch.bool),
     )
-    out = logit.logit_penalty(None, mb, {"logits": logits}, torch.tensor(2.0), coef=0.5)
+    terms = {"logits": logits, "count": torch.tensor(2.0)}
+    out = logit.logit_penalty(None, mb, terms, mb.sample_mask(), coef=0.5)
     # allowed actions' mean square (1 + 4) / 2 = 2.5; times coef 0.5, divided by count 2
     assert float(out["loss/logit"].detach()) == pytest.approx(0.625)
+    # an agent that has left its episode is outside the sample mask: no penalty
+    left = replace(mb, agent_mask=torch.zeros(1, 1, 1, dtype=torch.bool))
+    out = logit.logit_penalty(None, left, terms, left.sample_mask(), coef=0.5)
+    assert float(out["loss/logit"].detach()) == 0.0
     cfg = parse_cli(["--algo", "mappo_logit", "--logit-coef", "0.1", *TINY])
     torch.manual_seed(0)
     metrics = logit.LogitMAPPO(cfg, None).iteration(0.0)

@@ -12,7 +12,13 @@ import torch
 from test_train_fakeenv import vector_env
 
 from marl.algos.mappo import BACKBONE_DEFAULTS, MAPPO, MAPPOConfig
-from marl.algos.ppo import Minibatch, PolicyUpdate, PPOLossConfig, ppo_loss, window_plan
+from marl.algos.ppo import (
+    ClipPPOObjective,
+    Minibatch,
+    PPOLossConfig,
+    chunked_loss_and_backward,
+    window_plan,
+)
 from marl.core.whitening import AdvantageWhitener
 from marl.policies import AgentLayout, MultiAgentPolicy
 from marl.run.config import ConfigError, build_parser, config_to_dict, parse_cli
@@ -162,23 +168,19 @@ def test_chunked_backward_equals_the_whole_window_backward():
     """The update's per-chunk backward (activations of one chunk at a time) gives the
     gradient and the metrics of one backward over the window's summed chunk losses."""
     actor = _actor("mamba", seed=7)
-    policy = SimpleNamespace(actors={"caller": actor}, parameters=actor.parameters)
     mb = _minibatch(actor)
     coef = PPOLossConfig(ent_coef=0.05)
     count = mb.sample_mask().sum().double()
-    terms = ppo_loss(actor, mb, coef, count=count, tbptt_chunk=3)
+    objective = ClipPPOObjective(tbptt_chunk=3)
+    terms = objective(actor, mb, coef, count=count)
     (terms["loss/policy"] + terms["loss/entropy"]).backward()
     want = [p.grad.clone() for p in actor.parameters()]
     actor.zero_grad()
-    update = PolicyUpdate.__new__(PolicyUpdate)
-    update.policy, update.offset, update.extra_terms = policy, None, None
-    update.tbptt_chunk, update.parallel = 3, False
-    parts = update._losses_and_backward({"caller": mb}, coef, count)["caller"]
+    parts = chunked_loss_and_backward(objective, {"caller": actor}, {"caller": mb}, coef, count)
     for w, p in zip(want, actor.parameters(), strict=True):
         torch.testing.assert_close(p.grad, w, atol=1e-10, rtol=1e-9)
-    for key in ("loss/policy", "loss/entropy", "entropy_sum", "surrogate_sum"):
-        torch.testing.assert_close(parts[key], terms[key].detach())
-    assert parts["logp"].shape == mb.actions.shape
+    for key in ("loss/policy", "loss/entropy", "entropy", "approx_kl", "clip_frac_low"):
+        torch.testing.assert_close(parts["caller"][key], terms[key].detach())
 
 
 # ------------------------------------------------------------------ configuration

@@ -325,16 +325,20 @@ def test_parallel_update_matches_sequential_update(backbone):
         assert [m[key] for m in m_seq] == [m[key] for m in m_par]
 
 
-def test_types_stay_in_turn_where_the_offset_meets_truncated_bptt():
-    """The optimism offset is shared by the agent types: with truncated BPTT each type adds
-    several gradients to it, whose sum order would depend on the threads, so the types run
-    in turn there (and side by side with the offset alone, which adds one gradient each)."""
-    base = dict(backbone="gru", seq_len=4, parallel_update=True, optimism_offset=0.5)
-    assert MAPPO(_cfg(**base), None).policy_update.parallel is True
-    assert MAPPO(_cfg(**base, tbptt_chunk=2), None).policy_update.parallel is False
-    assert MAPPO(
-        _cfg(**{**base, "optimism_offset": None}, tbptt_chunk=2), None
-    ).policy_update.parallel
+def test_types_side_by_side_with_the_offset_and_truncated_bptt():
+    """The optimism offset is shared by the agent types but takes no gradient from their
+    losses (b enters them detached; its own loss is backpropagated after both types), so the
+    types run side by side with truncated BPTT too, bit for bit as in turn."""
+    base = dict(backbone="gru", seq_len=4, optimism_offset=0.5, tbptt_chunk=2, seed=1)
+    results = []
+    for parallel in (False, True):
+        torch.manual_seed(0)
+        algo = MAPPO(_cfg(**base, parallel_update=parallel), None)
+        assert algo.policy_update.parallel is parallel
+        for _ in range(2):
+            algo.iteration(0.0)
+        results.append([p.detach().clone() for p in algo.policy_update.params])
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
 
 
 def test_state_dict_resumes_exactly():

@@ -18,7 +18,7 @@ them:
 - dual clip active on every negative advantage (in the loss or in its indicator):
   ``test_ppo_surrogate_hand_example``, ``test_mappo_policy_loss_and_gradient_match_plain``,
   ``test_mappo_update_metrics_match_plain_recomputation`` (``dual_clip_frac``);
-- GRPO's KL term multiplied by 0 (in ``ppo_loss`` or in ``GRPO.update``'s coefficients):
+- GRPO's KL term multiplied by 0 (in its objective hook or in ``GRPO``'s coefficients):
   ``test_grpo_loss_terms_and_gradient_match_plain`` and
   ``test_grpo_update_metrics_match_plain_recomputation``;
 - clip fractions counted regardless of the advantage's sign: ``test_ppo_stats_hand_example``,
@@ -35,7 +35,7 @@ from torch import Tensor
 
 from marl.algos.grpo import GRPO, episode_units, group_seeds
 from marl.algos.mappo import MAPPO
-from marl.algos.ppo import PPOLossConfig, ppo_loss
+from marl.algos.ppo import PPOLossConfig
 from marl.collect import collect_group_episodes
 from marl.core.losses import ValueNorm, ppo_stats, ppo_surrogate
 from marl.run.config import TrainConfig, validate_config
@@ -408,7 +408,7 @@ def _assert_every_region_occurs(ratio: Tensor, adv: Tensor) -> None:
 
 
 def test_mappo_policy_loss_and_gradient_match_plain():
-    """``ppo_loss`` on ``policy_units`` (summed over agent types, count of all types) equals
+    """MAPPO's objective on ``policy_units`` (summed over agent types, count of all types) equals
     the plain recomputation from the batch, term by term, and so do its gradients.
 
     Catches: clip_high used as clip_low (or the reverse), dual clip on every negative
@@ -425,7 +425,7 @@ def test_mappo_policy_loss_and_gradient_match_plain():
     units = algo.policy_units(batch, torch.as_tensor(advantages, dtype=torch.float32))
     count = float(batch.num_steps * batch.num_envs * algo.layout.n_agents)
     terms = [
-        ppo_loss(algo.policy.actors[k], mb, coef, count=count, offset=algo.offset)
+        algo.policy_update.objective(algo.policy.actors[k], mb, coef, count=count)
         for k, mb in units.items()
     ]
     ref = _mappo_plain_policy_terms(algo, batch, advantages)
@@ -478,7 +478,7 @@ def test_mappo_update_clip_fractions_use_the_offset_advantage():
     surrogate uses, A + b with the optimism offset b.
 
     Catches: clip_high used as clip_low in the diagnostics. Fails today (see the report):
-    ``PolicyUpdate._metrics`` passes the advantages *without* the offset to ``ppo_stats``."""
+    the update's metrics used the advantages *without* the offset."""
     algo, batch = _mappo_case()
     advantages = _mappo_reference_advantages(algo, batch, ALPHA)["final"]
     with torch.no_grad():
@@ -666,7 +666,7 @@ def _grpo_mutants(algo: GRPO, batch, advantages: np.ndarray) -> dict[str, float]
 
 
 def test_grpo_loss_terms_and_gradient_match_plain():
-    """``ppo_loss`` on ``episode_units`` (with the reference policy's log-probs) equals the
+    """GRPO's objective on ``episode_units`` (with the reference policy's log-probs) equals the
     plain recomputation: policy, entropy and KL terms and their gradients.
 
     Catches: GRPO's KL term multiplied by 0 (or by anything but kl_beta), clip_high used as
@@ -682,7 +682,6 @@ def test_grpo_loss_terms_and_gradient_match_plain():
         clip_high=cfg.clip_high,
         dual_clip=cfg.dual_clip,
         ent_coef=cfg.ent_coef,
-        kl_coef=cfg.kl_beta,
     )
     units = episode_units(
         batch,
@@ -692,7 +691,8 @@ def test_grpo_loss_terms_and_gradient_match_plain():
         algo.reference_logp(batch),
     )
     count = sum(float(batch.valid.sum()) * t.n_agents for t in algo.layout.types)
-    terms = [ppo_loss(algo.policy.actors[k], mb, coef, count=count) for k, mb in units.items()]
+    objective = algo.policy_update.objective
+    terms = [objective(algo.policy.actors[k], mb, coef, count=count) for k, mb in units.items()]
     ref = _grpo_plain_terms(algo, batch, adv_ref)
     assert float(ref["kl"].detach()) > 10 * MUTATION_GAP  # the policy is away from its reference
     params = list(algo.policy.parameters())

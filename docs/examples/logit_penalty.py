@@ -1,10 +1,12 @@
 """Worked example (docs/extending.md): a new loss term as one small file.
 
-A logit penalty ``coef * mean(logits^2)`` over the valid steps keeps the policy's logits small
-(a soft alternative to an entropy bonus). The shared policy update sums every ``loss/...``
-term returned by its ``extra_terms`` hook and reports each as a metric, so the new term needs
-no change to the update: a config class adds the coefficient, an algorithm class installs the
-hook, ``register_algorithm`` makes it ``--algo mappo_logit``.
+A logit penalty ``coef * mean(logits^2)`` over the samples that enter the loss keeps the
+policy's logits small (a soft alternative to an entropy bonus). The objective shared by MAPPO
+and GRPO (:class:`marl.algos.ppo.ClipPPOObjective`) adds the terms of every hook in its
+``extra_terms`` list to its own, the update sums every ``loss/...`` term and reports each as
+a metric, so the new term needs no change to the update: a config class adds the
+coefficient, an algorithm class appends the hook, ``register_algorithm`` makes it ``--algo
+mappo_logit``.
 
 Run it: ``python docs/examples/logit_penalty.py --total-steps 20000 --logit-coef 0.01``.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from functools import partial
 from typing import ClassVar
 
 from torch import Tensor
@@ -25,15 +28,16 @@ from marl.policies import TypeActor
 
 
 def logit_penalty(
-    actor: TypeActor, mb: Minibatch, terms: dict[str, Tensor], count: Tensor, coef: float
+    actor: TypeActor, mb: Minibatch, terms: dict[str, Tensor], mask: Tensor, coef: float
 ) -> dict[str, Tensor]:
-    """``{"loss/logit": coef * sum over valid (step, agent) samples of mean_a logits^2 /
-    count}`` for one agent type's minibatch (``count``: valid samples of all types)."""
+    """``{"loss/logit": coef * sum over the samples of mask of mean_a logits^2 / count}`` for
+    one agent type's minibatch: ``mask [B, L, n]`` marks the (step, agent) samples that enter
+    the loss (agents that have left their episode excluded), ``terms["count"]`` is the number
+    of such samples of all agent types, the denominator of every term."""
     logits = terms["logits"]  # [B, L, n, A], this minibatch's forward (with its graph)
     allowed = mb.action_mask.to(logits.dtype)  # masked actions' logits are set, not learned
     per_sample = (logits.pow(2) * allowed).sum(-1) / allowed.sum(-1).clamp_min(1.0)
-    mask = mb.loss_mask[..., None].to(logits.dtype)
-    return {"loss/logit": coef * (per_sample * mask).sum() / count}
+    return {"loss/logit": coef * (per_sample * mask).sum() / terms["count"]}
 
 
 @dataclass
@@ -53,9 +57,8 @@ class LogitMAPPO(MAPPO):
 
     def __init__(self, cfg: LogitMAPPOConfig, ctx, device="cpu") -> None:
         super().__init__(cfg, ctx, device)
-        self.policy_update.extra_terms = lambda actor, mb, terms, count: logit_penalty(
-            actor, mb, terms, count, cfg.logit_coef
-        )
+        hook = partial(logit_penalty, coef=cfg.logit_coef)
+        self.policy_update.objective.extra_terms.append(hook)
 
 
 register_algorithm(LogitMAPPO)  # --algo mappo_logit (its `name`)

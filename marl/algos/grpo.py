@@ -39,9 +39,10 @@ they differ only by the policy's sampled actions. One update, top to bottom
    cost (``-reward_penalty``) is normalised like the individual channel (group x type;
    outcome: its episode sum, process: summed from t), ``beta(t)`` from the schedules of
    :mod:`marl.core.advantages`; then the optional optimism offset ``A + b``.
-5. **Policy update**: the shared clipped objective (:class:`marl.algos.ppo.PolicyUpdate`)
-   over minibatches of whole episodes, masked to valid (and kept) steps, plus
-   ``kl_beta * k3(pi || pi_ref)`` against a frozen reference policy refreshed every
+5. **Policy update**: the shared clipped objective (:class:`marl.algos.ppo.PolicyUpdate`,
+   :class:`marl.algos.ppo.ClipPPOObjective`) over minibatches of whole episodes, masked to
+   valid (and kept) steps, plus the extra term ``loss/kl = kl_beta * k3(pi || pi_ref)``
+   (:func:`kl_to_reference`) against a frozen reference policy refreshed every
    ``ref_refresh`` updates (0: never; the reference is the initial policy).
 
 No critic: options that configure value heads are rejected for ``--algo grpo``
@@ -68,6 +69,7 @@ import hashlib
 import os
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -84,7 +86,7 @@ from marl.algos.base import (
     whitener_from_config,
 )
 from marl.algos.base import _check as check_value
-from marl.algos.ppo import Minibatch, PolicyUpdate, PPOLossConfig
+from marl.algos.ppo import ClipPPOObjective, Minibatch, PolicyUpdate, PPOLossConfig
 from marl.collect import GroupBatch, collect_group_episodes, group_ids_for, group_reset_seeds
 from marl.core.advantages import (
     group_relative_advantages,
@@ -95,7 +97,7 @@ from marl.core.advantages import (
 from marl.core.losses import NonFiniteError, linear_schedule
 from marl.core.whitening import AdvantageWhitener, GroupKeys, advantage_stats, symmetric_clip
 from marl.envapi import make_vector_env
-from marl.policies import AgentLayout, MultiAgentPolicy
+from marl.policies import AgentLayout, MultiAgentPolicy, TypeActor
 from marl.run.distributed import DistContext, all_reduce_sum, broadcast_parameters, guard
 from marl.run.rundir import atomic_write
 
@@ -113,6 +115,7 @@ __all__ = [
     "group_reset_seeds",
     "group_seeds",
     "grpo_advantages",
+    "kl_to_reference",
     "outcome_advantages",
     "process_step_advantages",
     "zero_signal_groups",
@@ -549,11 +552,29 @@ def episode_units(
     return units
 
 
+def kl_to_reference(
+    actor: TypeActor,
+    mb: Minibatch,
+    terms: dict[str, Tensor],
+    mask: Tensor,
+    *,
+    kl_coef: float,
+) -> dict[str, Tensor]:
+    """GRPO's extra term of the shared objective (an :data:`marl.algos.ppo.ExtraTerm` hook):
+    ``loss/kl = kl_coef * sum(k3(logp, ref_logp)) / count`` over the samples of ``mask``,
+    with k3 the estimator of KL(pi || pi_ref) (:func:`marl.core.advantages.kl_k3`) and
+    ``mb.ref_logp [B, L, n]`` the reference policy's log-probs of the taken actions."""
+    k3 = kl_k3(terms["logp"], mb.ref_logp)  # [B, L, n]
+    return {"loss/kl": kl_coef * (k3 * mask).sum() / terms["count"]}
+
+
 class GRPO(Algorithm):
     """The GRPO algorithm object driven by :func:`marl.run.train.train`."""
 
     name: ClassVar[str] = "grpo"
     config_class: ClassVar[type[BaseConfig]] = GRPOConfig
+    #: the policy loss (subclass it to change a term: docs/extending.md)
+    objective_class: ClassVar[type[ClipPPOObjective]] = ClipPPOObjective
 
     def __init__(
         self, cfg: GRPOConfig, ctx: DistContext | None, device: torch.device | str = "cpu"
@@ -573,7 +594,11 @@ class GRPO(Algorithm):
         if self.distributed:
             broadcast_parameters(self.policy, ctx)
         self.policy_update = PolicyUpdate.from_config(
-            self.policy, cfg, parallel=cfg.parallel_update, ctx=ctx
+            self.policy,
+            cfg,
+            parallel=cfg.parallel_update,
+            ctx=ctx,
+            objective_class=self.objective_class,
         )
         self.offset = self.policy_update.offset
         self.reference: MultiAgentPolicy | None = None
@@ -581,6 +606,9 @@ class GRPO(Algorithm):
             self.reference = copy.deepcopy(self.policy).eval()
             for p in self.reference.parameters():
                 p.requires_grad_(False)
+            self.policy_update.objective.extra_terms.append(
+                partial(kl_to_reference, kl_coef=cfg.kl_beta)
+            )
         self.second_stage: AdvantageWhitener | None = None
         if cfg.whitening not in ("team_individual", "none"):
             self.second_stage = whitener_from_config(
@@ -708,7 +736,6 @@ class GRPO(Algorithm):
             clip_high=cfg.clip_high,
             dual_clip=cfg.dual_clip,
             ent_coef=ent_coef,
-            kl_coef=cfg.kl_beta,
         )
         units = episode_units(batch, adv, self.layout, self.policy, ref_logp)
         with self._guard("GRPO policy update"):

@@ -17,7 +17,8 @@ One iteration reads top to bottom in :meth:`MAPPO.iteration` and :meth:`MAPPO.up
    single steps for the mlp backbone, windows of ``seq_len`` steps for recurrent ones, each
    from the actor state stored at its start (or ``burn_in`` steps before it: those steps run
    without autograd and refresh the state), optionally in truncated-BPTT chunks of
-   ``tbptt_chunk`` steps with one backward per chunk): loss, ``zero_grad``, ``backward``,
+   ``tbptt_chunk`` steps with one backward per chunk): loss (the named terms of
+   :class:`marl.algos.ppo.ClipPPOObjective`), ``zero_grad``, ``backward``,
    ``clip_grad_norm_``, ``optimizer.step()``;
 5. **value epochs** (:meth:`MAPPO.update_critic`): clipped value loss on ValueNorm-normalised
    returns, its own Adam.
@@ -37,7 +38,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from marl.algos.base import (
     BACKBONES,
@@ -51,10 +52,10 @@ from marl.algos.base import (
 from marl.algos.base import _check as check_value
 from marl.algos.parallel import side_by_side
 from marl.algos.ppo import (
+    ClipPPOObjective,
     Minibatch,
     PolicyUpdate,
     PPOLossConfig,
-    clip_and_step,
     stack_windows,
     window_plan,
 )
@@ -253,6 +254,8 @@ class MAPPO(Algorithm):
 
     name: ClassVar[str] = "mappo"
     config_class: ClassVar[type[BaseConfig]] = MAPPOConfig
+    #: the policy loss (subclass it to change a term: docs/extending.md)
+    objective_class: ClassVar[type[ClipPPOObjective]] = ClipPPOObjective
 
     def __init__(
         self, cfg: MAPPOConfig, ctx: DistContext | None, device: torch.device | str = "cpu"
@@ -277,7 +280,11 @@ class MAPPO(Algorithm):
         # thread as well pays only for recurrent actors, whose windows outweigh the hand-off
         # (measured: BENCHMARKS.md, trainer speed)
         self.policy_update = PolicyUpdate.from_config(
-            self.policy, cfg, parallel=self.parallel and self.policy.is_recurrent, ctx=ctx
+            self.policy,
+            cfg,
+            parallel=self.parallel and self.policy.is_recurrent,
+            ctx=ctx,
+            objective_class=self.objective_class,
         )
         self.offset = self.policy_update.offset
         self.critic_opt = torch.optim.Adam(
@@ -603,6 +610,7 @@ class MAPPO(Algorithm):
         for group in self.critic_opt.param_groups:
             group["lr"] = cfg.resolved_critic_lr * lr_scale
         params = list(self.critic.parameters())
+        max_norm = math.inf if cfg.max_grad_norm is None else cfg.max_grad_norm
         size = max(1, math.ceil(T * E / cfg.num_minibatches))
         total, grad_norms, steps = 0.0, 0.0, 0
         for order in orders:
@@ -624,11 +632,10 @@ class MAPPO(Algorithm):
                 loss.backward()
                 if self.distributed:
                     average_gradients(params, self.ctx, weight=float(len(idx)))
-                grad_norm = clip_and_step(
-                    self.critic_opt, params, cfg.max_grad_norm, self.policy_update.fast_step
-                )
+                grad_norm = float(nn.utils.clip_grad_norm_(params, max_norm))
                 if not math.isfinite(grad_norm):
                     raise NonFiniteError("grad_norm (value)")
+                self.critic_opt.step()
                 total += loss.item()
                 grad_norms += grad_norm
                 steps += 1

@@ -3,44 +3,57 @@
 An algorithm turns its batch into :class:`Minibatch` units per agent type (single steps,
 training windows, or whole episodes) with their advantages, then calls
 :meth:`PolicyUpdate.run`: ``epochs`` passes over shuffled minibatches, each one
+(:meth:`PolicyUpdate.step`)
 
-    losses = ppo_loss(actor, minibatch) for every agent type     (named terms, as TorchRL's)
-    optimizer.zero_grad(); sum(losses).backward()
+    count = the valid (step, agent) samples of all agent types in the minibatch
+    optimizer.zero_grad()
+    for every agent type:                                   (loss_and_backward)
+        terms = objective(actor, minibatch, coef, count=count)
+        objective.total(terms).backward()
+    offset.loss(advantages).backward()                      (the optimism offset, if any)
     average_gradients (distributed, weighted by this rank's sample count)
     clip_grad_norm_(params, max_grad_norm); optimizer.step()
 
-Every loss term is a sum over the valid (step, agent) samples of all agent types in the
-minibatch divided by their count, so the types' terms add up to the joint mean. With
-``parallel`` each agent type's forward and backward runs in its own thread (the types have
-disjoint parameters, so the summed gradient is the same); that is the only concurrency here.
+The loss is :class:`ClipPPOObjective`: named terms, as TorchRL's ``ClipPPOLoss`` returns
+them. Every ``loss/...`` term is a sum over one agent type's valid samples divided by
+``count``, so the types' terms add up to the joint mean. Subclass it to change a term, or
+append hooks to its ``extra_terms`` list to add one (docs/extending.md; GRPO adds its KL
+to the reference policy that way).
+
+Two opt-in wrappers stand in for :func:`loss_and_backward`, the plain path, where the
+configuration asks for them; neither changes the gradients:
+
+- :func:`chunked_loss_and_backward` (``tbptt_chunk``): each truncated-BPTT chunk's backward
+  runs before the next chunk's forward, so the activations kept are one chunk's;
+- :func:`types_side_by_side` (``parallel_update``): each agent type's loss and backward in
+  its own thread (the types' actors share no parameters); the only concurrency here.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields, replace
+from functools import partial
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from marl.algos.parallel import side_by_side
-from marl.core.advantages import kl_k3
-from marl.core.kernels.optim import clip_and_adam_step
-from marl.core.losses import NonFiniteError, OptimismOffset, ppo_stats, ppo_surrogate
+from marl.core.losses import NonFiniteError, OptimismOffset, ppo_sample_stats, ppo_surrogate
 from marl.policies import MaskedCategorical, MultiAgentPolicy, TypeActor
 from marl.run.distributed import DistContext, average_gradients
 
 __all__ = [
     "Minibatch",
     "PPOLossConfig",
-    "ppo_loss",
-    "ppo_loss_chunks",
-    "merge_chunk_terms",
+    "ExtraTerm",
+    "ClipPPOObjective",
+    "loss_and_backward",
+    "chunked_loss_and_backward",
+    "types_side_by_side",
     "PolicyUpdate",
-    "ExtraTerms",
-    "clip_and_step",
     "minibatch_indices",
     "stack_windows",
     "window_plan",
@@ -116,132 +129,206 @@ class Minibatch:
 
 @dataclass(frozen=True)
 class PPOLossConfig:
-    """The objective's coefficients (one minibatch)."""
+    """The objective's coefficients for one update (the entropy coefficient may follow a
+    schedule, so the algorithm builds them anew for every update)."""
 
     clip_low: float = 0.2
     clip_high: float = 0.2
     dual_clip: float | None = None
     ent_coef: float = 0.0
-    kl_coef: float = 0.0
 
 
-def ppo_loss(
-    actor: TypeActor,
-    mb: Minibatch,
-    coef: PPOLossConfig,
-    *,
-    count: Tensor | float,
-    offset: OptimismOffset | None = None,
-    tbptt_chunk: int | None = None,
-) -> dict[str, Tensor]:
-    """The named loss terms of one agent type's minibatch (to minimise, summed by the caller).
+#: ``hook(actor, minibatch, terms, mask) -> {"loss/NAME": scalar, ...}``: further terms of one
+#: agent type's minibatch. ``terms`` holds the objective's terms so far, among them this
+#: forward pass's masked ``logits [B, L, n, A]`` and ``logp [B, L, n]`` (with their graph)
+#: and ``count``, the denominator of every term; ``mask [B, L, n]`` bool marks the samples
+#: that enter the loss: valid steps of agents still in their episode. Return ``loss/...``
+#: terms as sums over the masked samples divided by ``count`` (they are added to the loss);
+#: any other scalar is reported as a metric.
+ExtraTerm = Callable[[TypeActor, Minibatch, dict[str, Tensor], Tensor], dict[str, Tensor]]
 
-    ``count``: the number of valid (step, agent) samples of *all* agent types in the
-    minibatch, the denominator of every term, so the types' terms add up to the joint mean:
+
+class ClipPPOObjective:
+    """The clipped-surrogate objective of one agent type's minibatch, as named terms.
+
+    ``objective(actor, mb, coef, count=count)`` runs ``actor`` over the minibatch's units
+    and returns, each a sum over the valid (step, agent) samples of ``mb`` divided by
+    ``count`` (the valid samples of *all* agent types in the minibatch):
 
     - ``loss/policy = -sum(min(r A, clip(r) A)) / count`` (dual clip for A < 0 when set),
       ``r = exp(logp - old_logp)``, ``A`` the advantage (+ the optimism offset b, detached);
     - ``loss/entropy = -ent_coef * sum(entropy) / count``;
-    - ``loss/kl = kl_coef * sum(k3(logp, ref_logp)) / count`` (when ``mb.ref_logp``).
+    - the diagnostics ``entropy``, ``approx_kl``, ``clip_frac_low``, ``clip_frac_high`` and
+      ``dual_clip_frac`` (:func:`marl.core.losses.ppo_sample_stats`; the clip fractions use
+      the advantage the surrogate used, offset included);
+    - the terms of every hook in :attr:`extra_terms`, in order;
 
-    Also returns ``logits`` (the masked logits ``[B, L, n, A]``, with their graph, for extra
-    terms) and detached pieces for the diagnostics: ``logp``, ``dual_active``,
-    ``entropy_sum``, ``surrogate_sum`` and ``mask`` ``[B, L, n]``. ``tbptt_chunk``: truncated
-    BPTT inside recurrent windows (:meth:`marl.policies.TypeActor.chunks`); the terms are
-    those of :func:`ppo_loss_chunks` added up.
+    and, as inputs of the hooks (:attr:`INTERMEDIATES`, neither losses nor metrics),
+    ``logits``, ``logp`` and ``count``. :meth:`total` is the loss: the sum of the ``loss/``
+    terms. Override :meth:`terms` to change the built-in terms.
     """
-    parts = list(
-        ppo_loss_chunks(actor, mb, coef, count=count, offset=offset, tbptt_chunk=tbptt_chunk)
-    )
-    return parts[0] if len(parts) == 1 else merge_chunk_terms(parts)
+
+    #: terms that the hooks read, not losses or metrics
+    INTERMEDIATES = ("logits", "logp", "count")
+
+    def __init__(
+        self,
+        *,
+        offset: OptimismOffset | None = None,
+        tbptt_chunk: int | None = None,
+        extra_terms: Iterable[ExtraTerm] = (),
+    ) -> None:
+        #: the learnable optimism offset b (A' = A + b), trained by :class:`PolicyUpdate`
+        self.offset = offset
+        #: truncated BPTT inside recurrent windows: the state between chunks of this many
+        #: steps is detached (None: whole windows)
+        self.tbptt_chunk = tbptt_chunk
+        #: hooks adding terms (:data:`ExtraTerm`), applied in order
+        self.extra_terms: list[ExtraTerm] = list(extra_terms)
+
+    def __call__(
+        self, actor: TypeActor, mb: Minibatch, coef: PPOLossConfig, *, count: Tensor | float
+    ) -> dict[str, Tensor]:
+        dist = actor.sequence(  # [B, L, n] over the loss steps, after burn-in without autograd
+            mb.obs,
+            mb.action_mask,
+            mb.state,
+            mb.resets,
+            burn_in=mb.burn_in,
+            tbptt_chunk=self.tbptt_chunk,
+        )
+        terms = self.terms(mb, dist, coef, count)
+        mask = mb.sample_mask()
+        for hook in self.extra_terms:
+            terms.update(hook(actor, mb, terms, mask))
+        return terms
+
+    def terms(
+        self, mb: Minibatch, dist: MaskedCategorical, coef: PPOLossConfig, count: Tensor | float
+    ) -> dict[str, Tensor]:
+        """The built-in terms (see the class docstring) of ``mb`` given the actor's action
+        distribution ``[B, L, n]`` at its loss steps."""
+        logp = dist.log_prob(mb.actions)  # [B, L, n]
+        advantages = mb.advantages if self.offset is None else self.offset(mb.advantages)
+        surrogate, dual_active = ppo_surrogate(
+            logp,
+            mb.old_logp,
+            advantages,
+            clip_low=coef.clip_low,
+            clip_high=coef.clip_high,
+            dual_clip=coef.dual_clip,
+        )
+        weight = mb.sample_mask().to(logp.dtype)  # [B, L, n]: 1 where a sample counts
+        surrogate_sum = (surrogate * weight).sum()
+        entropy_sum = (dist.entropy() * weight).sum()
+        terms = {
+            "loss/policy": -surrogate_sum / count,
+            "loss/entropy": -coef.ent_coef * entropy_sum / count,
+            "entropy": entropy_sum.detach() / count,
+        }
+        stats = ppo_sample_stats(
+            logp.detach(),
+            mb.old_logp,
+            advantages,
+            dual_active,
+            clip_low=coef.clip_low,
+            clip_high=coef.clip_high,
+        )
+        for key, per_sample in stats.items():
+            terms[key] = (per_sample * weight).sum() / count
+        terms.update(logits=dist.logits, logp=logp, count=count)
+        return terms
+
+    def total(self, terms: dict[str, Tensor]) -> Tensor:
+        """The loss to minimise: the sum of the ``loss/`` terms. Raises
+        :class:`~marl.core.losses.NonFiniteError` naming a term that is NaN or inf."""
+        losses = {key: value for key, value in terms.items() if key.startswith("loss/")}
+        for key, value in losses.items():
+            if not torch.isfinite(value):
+                raise NonFiniteError(key)
+        return sum(losses.values())
 
 
-def ppo_loss_chunks(
-    actor: TypeActor,
-    mb: Minibatch,
+#: ``(objective, actors, batch, coef, count) -> terms per agent type``: a minibatch's loss
+#: terms, computed and backpropagated (:func:`loss_and_backward` and its wrappers)
+LossAndBackward = Callable[
+    [ClipPPOObjective, Mapping[str, TypeActor], dict[str, Minibatch], PPOLossConfig, Tensor],
+    dict[str, dict[str, Tensor]],
+]
+
+
+def loss_and_backward(
+    objective: ClipPPOObjective,
+    actors: Mapping[str, TypeActor],
+    batch: dict[str, Minibatch],
     coef: PPOLossConfig,
-    *,
-    count: Tensor | float,
-    offset: OptimismOffset | None = None,
-    tbptt_chunk: int | None = None,
-) -> Iterator[dict[str, Tensor]]:
-    """:func:`ppo_loss`'s terms chunk by chunk of the loss window (one chunk without
-    ``tbptt_chunk``): each chunk's terms are sums over its samples divided by ``count``, so
-    the chunks' terms add up to the window's, and a caller may run each chunk's backward
-    before the next chunk is computed (the activations of one chunk at a time)."""
-    length = mb.actions.shape[1]
-    for steps, logits in actor.chunks(mb.obs, mb.state, mb.resets, length, mb.burn_in, tbptt_chunk):
-        part = mb if (steps.start, steps.stop) == (0, length) else mb.loss_steps(steps)
-        yield _loss_terms(MaskedCategorical(logits, part.action_mask), part, coef, count, offset)
+    count: Tensor,
+) -> dict[str, dict[str, Tensor]]:
+    """The plain path: for every agent type, its terms from ``objective`` and the backward
+    of their total (the types' actors share no parameters, so the gradients are those of the
+    sum over the types). Returns the terms per agent type."""
+    terms = {}
+    for name, mb in batch.items():
+        terms[name] = objective(actors[name], mb, coef, count=count)
+        objective.total(terms[name]).backward()
+    return terms
 
 
-def _loss_terms(
-    dist: MaskedCategorical,
-    mb: Minibatch,
+def chunked_loss_and_backward(
+    objective: ClipPPOObjective,
+    actors: Mapping[str, TypeActor],
+    batch: dict[str, Minibatch],
     coef: PPOLossConfig,
-    count: Tensor | float,
-    offset: OptimismOffset | None,
-) -> dict[str, Tensor]:
-    logp = dist.log_prob(mb.actions)  # [B, L, n]
-    advantages = mb.advantages if offset is None else offset(mb.advantages)
-    surrogate, dual_active = ppo_surrogate(
-        logp,
-        mb.old_logp,
-        advantages,
-        clip_low=coef.clip_low,
-        clip_high=coef.clip_high,
-        dual_clip=coef.dual_clip,
-    )
-    mask = mb.sample_mask().to(logp.dtype)
-    surrogate_sum = (surrogate * mask).sum()
-    entropy_sum = (dist.entropy() * mask).sum()
-    losses = {
-        "loss/policy": -surrogate_sum / count,
-        "loss/entropy": -coef.ent_coef * entropy_sum / count,
-    }
-    if mb.ref_logp is not None and coef.kl_coef > 0:
-        losses["loss/kl"] = coef.kl_coef * (kl_k3(logp, mb.ref_logp) * mask).sum() / count
-    losses["logits"] = dist.logits  # [B, L, n, A] masked logits, for extra terms
-    losses["logp"] = logp.detach()
-    losses["dual_active"] = dual_active
-    losses["mask"] = mask
-    losses["surrogate_sum"] = surrogate_sum.detach()
-    losses["entropy_sum"] = entropy_sum.detach()
-    return losses
-
-
-#: chunk terms concatenated along the loss steps (dim 1); every other term is added up
-_PER_STEP_TERMS = ("logits", "logp", "dual_active", "mask")
-
-
-def merge_chunk_terms(parts: list[dict[str, Tensor]]) -> dict[str, Tensor]:
-    """The terms of a whole window from its chunks' (:func:`ppo_loss_chunks`): per-step
-    pieces concatenated along the steps, sums and losses added."""
-    out: dict[str, Tensor] = {}
-    for key in parts[0]:
-        values = [p[key] for p in parts]
-        if key in _PER_STEP_TERMS:
-            out[key] = None if values[0] is None else torch.cat(values, dim=1)
-        else:
-            out[key] = sum(values[1:], values[0])
+    count: Tensor,
+) -> dict[str, dict[str, Tensor]]:
+    """Opt-in (``tbptt_chunk``): :func:`loss_and_backward` with the backward of each
+    truncated-BPTT chunk run before the next chunk's forward, so that the activations kept
+    are one chunk's. Each chunk's terms are sums over its samples divided by ``count``, so
+    the gradient and the terms (added up over the chunks, detached) are the whole window's;
+    the hooks' inputs are not returned. Extra-term hooks see whole windows: with any, this
+    is the plain path."""
+    if objective.extra_terms:
+        return loss_and_backward(objective, actors, batch, coef, count)
+    out = {}
+    for name, mb in batch.items():
+        length = mb.actions.shape[1]
+        chunks = actors[name].chunks(
+            mb.obs, mb.state, mb.resets, length, mb.burn_in, objective.tbptt_chunk
+        )
+        window: dict[str, Tensor] = {}
+        for steps, logits in chunks:
+            part = mb if (steps.start, steps.stop) == (0, length) else mb.loss_steps(steps)
+            dist = MaskedCategorical(logits, part.action_mask)
+            terms = objective.terms(part, dist, coef, count)
+            objective.total(terms).backward()  # frees this chunk's activations
+            for key, value in terms.items():
+                if key not in objective.INTERMEDIATES:
+                    value = value.detach()
+                    window[key] = value if key not in window else window[key] + value
+        out[name] = window
     return out
 
 
-def clip_and_step(
-    optimizer: torch.optim.Optimizer,
-    params: list[nn.Parameter],
-    max_norm: float | None,
-    fast: bool = True,
-) -> float:
-    """Clip the gradients' total norm to ``max_norm`` (None: no clip) and take the optimiser
-    step; returns the norm before clipping. ``fast``: the same two operations through
-    :func:`marl.core.kernels.optim.clip_and_adam_step` (bit-identical, tested; about a tenth
-    of an iteration faster on CPU, BENCHMARKS.md)."""
-    if fast:
-        return clip_and_adam_step(optimizer, params, max_norm)
-    norm = nn.utils.clip_grad_norm_(params, math.inf if max_norm is None else max_norm)
-    optimizer.step()
-    return float(norm)
+def types_side_by_side(inner: LossAndBackward) -> LossAndBackward:
+    """Opt-in (``parallel_update``): ``inner`` on each agent type's share of the minibatch in
+    its own thread (:func:`marl.algos.parallel.side_by_side`). The types' actors share no
+    parameters, so the gradients are those of ``inner`` on the whole minibatch."""
+
+    def run(
+        objective: ClipPPOObjective,
+        actors: Mapping[str, TypeActor],
+        batch: dict[str, Minibatch],
+        coef: PPOLossConfig,
+        count: Tensor,
+    ) -> dict[str, dict[str, Tensor]]:
+        names = list(batch)
+        jobs = [
+            partial(inner, objective, actors, {name: batch[name]}, coef, count) for name in names
+        ]
+        results = side_by_side(jobs, parallel=True)
+        return {name: result[name] for name, result in zip(names, results, strict=True)}
+
+    return run
 
 
 def minibatch_indices(num_units: int, num_minibatches: int) -> list[Tensor]:
@@ -252,14 +339,8 @@ def minibatch_indices(num_units: int, num_minibatches: int) -> list[Tensor]:
     return [perm[start : start + size] for start in range(0, num_units, size)]
 
 
-#: ``extra_terms(actor, minibatch, terms, count) -> {"loss/NAME": scalar}``: further loss
-#: terms of one agent type's minibatch (sums divided by ``count``, as the built-in ones), added
-#: to the loss and reported as metrics (docs/extending.md)
-ExtraTerms = Callable[[TypeActor, Minibatch, dict[str, Tensor], Tensor], dict[str, Tensor]]
-
-
 class PolicyUpdate:
-    """Adam on a :class:`MultiAgentPolicy` (plus extra parameters such as the optimism offset)
+    """Adam on a :class:`MultiAgentPolicy` (and on the objective's optimism offset, if any)
     and the epochs of clipped policy updates (see the module docstring)."""
 
     def __init__(
@@ -270,37 +351,30 @@ class PolicyUpdate:
         epochs: int,
         num_minibatches: int,
         max_grad_norm: float | None,
+        objective: ClipPPOObjective | None = None,
         parallel: bool = False,
-        offset: OptimismOffset | None = None,
         ctx: DistContext | None = None,
-        extra_terms: ExtraTerms | None = None,
-        tbptt_chunk: int | None = None,
     ) -> None:
-        self.policy, self.offset, self.ctx = policy, offset, ctx
-        self.extra_terms = extra_terms
-        #: truncated BPTT chunk inside recurrent windows (None: whole windows); each chunk's
-        #: backward runs before the next chunk's forward unless extra terms need the window
-        self.tbptt_chunk = tbptt_chunk
-        #: the optimiser step through marl.core.kernels.optim (same arithmetic, fewer ops)
-        self.fast_step = True
+        self.policy, self.ctx = policy, ctx
+        self.objective = ClipPPOObjective() if objective is None else objective
+        self.offset = self.objective.offset
         self.epochs, self.num_minibatches = epochs, num_minibatches
         self.max_grad_norm = max_grad_norm
         self.params = list(policy.parameters()) + (
-            list(offset.parameters()) if offset is not None else []
+            [] if self.offset is None else list(self.offset.parameters())
         )
-        # fused: torch's one-kernel Adam (the same update, faster than the per-tensor loop
-        # torch uses by default on CPU for these small networks)
+        # a stock Adam; fused=True: torch's one-kernel step (the maths of its default
+        # per-tensor loop, in fewer operations for these many small tensors)
         self.optimizer = torch.optim.Adam(self.params, lr=lr, eps=1e-5, fused=True)
         self.distributed = ctx is not None and ctx.enabled
-        # agent types side by side only where their backbones may run in two threads at once,
-        # and not where both types would add several gradients each to the shared optimism
-        # offset (truncated BPTT: one backward per chunk), whose sum order would then vary
+        #: opt-in: each agent type's loss and backward in its own thread
+        #: (:func:`types_side_by_side`), where the types' backbones may run in two threads
+        #: at once; distributed runs keep the types in turn, so that collectives match
         self.parallel = (
             parallel
             and not self.distributed
             and len(policy.actors) > 1
             and all(bool(getattr(a.backbone, "thread_safe", True)) for a in policy.actors.values())
-            and (offset is None or tbptt_chunk is None)
         )
 
     @classmethod
@@ -311,24 +385,26 @@ class PolicyUpdate:
         *,
         parallel: bool,
         ctx: DistContext | None,
+        objective_class: type[ClipPPOObjective] = ClipPPOObjective,
     ) -> PolicyUpdate:
-        """The update a config asks for (lr, epochs, minibatches, grad clip and, when
-        ``cfg.optimism_offset`` is set, a learnable offset on ``policy``'s device, available
-        as ``.offset``)."""
+        """The update a config asks for: lr, epochs, minibatches, grad clip, and an
+        ``objective_class`` objective with truncated BPTT (``cfg.tbptt_chunk``, where the
+        config has it) and, when ``cfg.optimism_offset`` is set, a learnable offset on
+        ``policy``'s device (available as ``.offset``)."""
         offset = None
         if cfg.optimism_offset is not None:
             device = next(policy.parameters()).device
             offset = OptimismOffset(cfg.optimism_offset).to(device)
+        objective = objective_class(offset=offset, tbptt_chunk=getattr(cfg, "tbptt_chunk", None))
         return cls(
             policy,
             lr=cfg.lr,
             epochs=cfg.epochs,
             num_minibatches=cfg.num_minibatches,
             max_grad_norm=cfg.max_grad_norm,
+            objective=objective,
             parallel=parallel,
-            offset=offset,
             ctx=ctx,
-            tbptt_chunk=getattr(cfg, "tbptt_chunk", None),
         )
 
     def set_lr(self, lr: float) -> None:
@@ -351,87 +427,46 @@ class PolicyUpdate:
         return {key: value / max(steps, 1) for key, value in sums.items()}
 
     def step(self, batch: dict[str, Minibatch], coef: PPOLossConfig) -> dict[str, float]:
-        """One optimiser step on one minibatch; returns its metrics."""
+        """One optimiser step on one minibatch (every agent type's units); returns its
+        metrics: every term but the hooks' inputs, summed over the agent types, and
+        ``grad_norm`` (before clipping)."""
         n_valid = sum(mb.sample_mask().sum() for mb in batch.values())
-        count = n_valid.clamp_min(1).float()
+        count = n_valid.clamp_min(1).float()  # the denominator of every term
         self.optimizer.zero_grad(set_to_none=True)
-        parts = self._losses_and_backward(batch, coef, count)
+        terms = self.loss_and_backward(batch, coef, count)
         if self.offset is not None:
-            advantages = torch.cat([batch[k].advantages.reshape(-1) for k in batch])
-            mask = torch.cat([parts[k]["mask"].reshape(-1) for k in batch])
+            advantages = torch.cat([mb.advantages.reshape(-1) for mb in batch.values()])
+            mask = torch.cat([mb.sample_mask().reshape(-1) for mb in batch.values()])
             self.offset.loss(advantages, mask).backward()
         if self.distributed:
             # each rank's loss is a mean over its own samples: the mean weighted by the
             # sample counts is the gradient of the mean over the concatenated batch
             average_gradients(self.params, self.ctx, weight=float(n_valid))
-        grad_norm = clip_and_step(self.optimizer, self.params, self.max_grad_norm, self.fast_step)
+        max_norm = math.inf if self.max_grad_norm is None else self.max_grad_norm
+        grad_norm = float(nn.utils.clip_grad_norm_(self.params, max_norm))
         if not math.isfinite(grad_norm):
             raise NonFiniteError("grad_norm (policy)")
-        return self._metrics(batch, parts, coef, count, grad_norm)
+        self.optimizer.step()
+        metrics = {
+            key: float(sum(t[key].detach() for t in terms.values() if key in t))
+            for key in sorted({k for t in terms.values() for k in t})
+            if key not in self.objective.INTERMEDIATES
+        }
+        metrics["grad_norm"] = grad_norm
+        return metrics
 
-    def _losses_and_backward(
+    def loss_and_backward(
         self, batch: dict[str, Minibatch], coef: PPOLossConfig, count: Tensor
     ) -> dict[str, dict[str, Tensor]]:
-        """Every agent type's loss terms and their backward (in threads with ``parallel``)."""
-
-        def backward(terms: dict[str, Tensor]) -> None:
-            losses = {k: v for k, v in terms.items() if k.startswith("loss/")}
-            for key, value in losses.items():
-                if not torch.isfinite(value):
-                    raise NonFiniteError(key)
-            sum(losses.values()).backward()
-
-        def one_type(name: str) -> dict[str, Tensor]:
-            actor, mb = self.policy.actors[name], batch[name]
-            kw = {"count": count, "offset": self.offset, "tbptt_chunk": self.tbptt_chunk}
-            if self.extra_terms is not None:  # extra terms see the whole window at once
-                terms = ppo_loss(actor, mb, coef, **kw)
-                terms.update(self.extra_terms(actor, mb, terms, count))
-                backward(terms)
-                return terms
-            parts = []
-            for terms in ppo_loss_chunks(actor, mb, coef, **kw):
-                backward(terms)  # this chunk's activations are freed before the next chunk
-                terms["logits"] = terms["logits"].detach()
-                parts.append({k: v.detach() if k.startswith("loss/") else v
-                              for k, v in terms.items()})  # fmt: skip
-            return parts[0] if len(parts) == 1 else merge_chunk_terms(parts)
-
-        names = list(batch)
-        jobs = [lambda name=name: one_type(name) for name in names]
-        return dict(zip(names, side_by_side(jobs, parallel=self.parallel), strict=True))
-
-    def _metrics(
-        self,
-        batch: dict[str, Minibatch],
-        parts: dict[str, dict[str, Tensor]],
-        coef: PPOLossConfig,
-        count: Tensor,
-        grad_norm: float,
-    ) -> dict[str, float]:
-        cat = torch.cat
-        names = list(batch)
-        # the advantages the surrogate used (with the optimism offset), for where clips bind
-        advantages = cat([batch[k].advantages.reshape(-1) for k in names])
-        if self.offset is not None:
-            advantages = self.offset(advantages)
-        stats = ppo_stats(
-            cat([parts[k]["logp"].reshape(-1) for k in names]),
-            cat([batch[k].old_logp.reshape(-1) for k in names]),
-            advantages,
-            None
-            if coef.dual_clip is None
-            else cat([parts[k]["dual_active"].reshape(-1) for k in names]),
-            clip_low=coef.clip_low,
-            clip_high=coef.clip_high,
-            mask=cat([parts[k]["mask"].reshape(-1) for k in names]).bool(),
-        )
-        out = {key: float(value) for key, value in stats.items()}
-        for key in sorted({k for k in names for k in parts[k] if k.startswith("loss/")}):
-            out[key] = float(sum(parts[k][key].detach() for k in names if key in parts[k]))
-        out["entropy"] = float(sum(parts[k]["entropy_sum"] for k in names) / count)
-        out["grad_norm"] = grad_norm
-        return out
+        """Every agent type's terms, after their backward: :func:`loss_and_backward`, or the
+        opt-in wrappers around it that the configuration chose (``tbptt_chunk``:
+        :func:`chunked_loss_and_backward`; ``parallel``: :func:`types_side_by_side`)."""
+        path = loss_and_backward
+        if self.objective.tbptt_chunk is not None:
+            path = chunked_loss_and_backward
+        if self.parallel:
+            path = types_side_by_side(path)
+        return path(self.objective, self.policy.actors, batch, coef, count)
 
 
 def stack_windows(x: Tensor, index: Tensor) -> Tensor:

@@ -17,6 +17,7 @@ __all__ = [
     "masked_mean",
     "ppo_policy_loss",
     "ppo_surrogate",
+    "ppo_sample_stats",
     "ppo_stats",
     "value_loss",
     "explained_variance",
@@ -90,6 +91,31 @@ def ppo_surrogate(
 
 
 @torch.no_grad()
+def ppo_sample_stats(
+    logp: Tensor,
+    logp_old: Tensor,
+    advantages: Tensor,
+    dual_active: Tensor | None,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+) -> dict[str, Tensor]:
+    """Per-sample diagnostics of a clipped update (detached, the shape of ``logp``), whose
+    means are :func:`ppo_stats`: 1.0 where a bound *binds* (the clipped term is the one taken,
+    so its gradient is zero), else 0.0: ``clip_frac_low`` (ratio < 1 - clip_low with A < 0),
+    ``clip_frac_high`` (ratio > 1 + clip_high with A > 0), ``dual_clip_frac`` (the dual bound
+    is active; 0 without dual clip); and ``approx_kl``, the k3 estimate of KL(old || new):
+    ``ratio - 1 - log ratio``."""
+    ratio = (logp - logp_old).exp()
+    return {
+        "clip_frac_low": ((ratio < 1.0 - clip_low) & (advantages < 0)).float(),
+        "clip_frac_high": ((ratio > 1.0 + clip_high) & (advantages > 0)).float(),
+        "dual_clip_frac": torch.zeros_like(ratio) if dual_active is None else dual_active.float(),
+        "approx_kl": kl_k3(logp_old, logp),
+    }
+
+
+@torch.no_grad()
 def ppo_stats(
     logp: Tensor,
     logp_old: Tensor,
@@ -101,25 +127,14 @@ def ppo_stats(
     mask: Tensor | None = None,
     dim: int | None = None,
 ) -> dict[str, Tensor]:
-    """Diagnostics of a clipped update (detached scalars), each the fraction of samples where
-    a bound *binds* (the clipped term is the one taken, so its gradient is zero):
-    ``clip_frac_low`` (ratio < 1 - clip_low with A < 0), ``clip_frac_high`` (ratio >
-    1 + clip_high with A > 0), ``dual_clip_frac`` (the dual bound is active; 0 without dual
-    clip); and ``approx_kl`` (the k3 estimator of KL(old || new): ``mean(ratio - 1 - log
-    ratio)``). With ``dim``, each is the per-index mean along ``dim``."""
-    ratio = (logp - logp_old).exp()
-    return {
-        "clip_frac_low": masked_mean(
-            ((ratio < 1.0 - clip_low) & (advantages < 0)).float(), mask, dim
-        ),
-        "clip_frac_high": masked_mean(
-            ((ratio > 1.0 + clip_high) & (advantages > 0)).float(), mask, dim
-        ),
-        "dual_clip_frac": masked_mean(
-            torch.zeros_like(ratio) if dual_active is None else dual_active.float(), mask, dim
-        ),
-        "approx_kl": masked_mean(kl_k3(logp_old, logp), mask, dim),
-    }
+    """Diagnostics of a clipped update (detached scalars): the masked means of
+    :func:`ppo_sample_stats` (``clip_frac_low``, ``clip_frac_high``: the fraction of samples
+    where that bound binds; ``dual_clip_frac``; ``approx_kl``). With ``dim``, each is the
+    per-index mean along ``dim``."""
+    samples = ppo_sample_stats(
+        logp, logp_old, advantages, dual_active, clip_low=clip_low, clip_high=clip_high
+    )
+    return {key: masked_mean(value, mask, dim) for key, value in samples.items()}
 
 
 def ppo_policy_loss(
