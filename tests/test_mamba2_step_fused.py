@@ -1,6 +1,7 @@
-"""Mamba2.step's rollout path (``numba_jit.mamba2_step_fused`` on cached parameter views) against
-its readable twin, the general path (the same module on the "reference" backend: torch ops for
-the conv step, the SSD state update and the gated norm), and a step loop against forward.
+"""Mamba2.step's rollout path (``kernels.numba.block_step.mamba2_step_fused`` on cached
+parameter views) against its readable twin, the general path (the same module on the
+"reference" backend: torch ops for the conv step, the SSD state update and the gated norm), and
+a step loop against forward.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The rollout conv kernels (numba_jit.conv_step_silu, numba_jit.mamba_step_fused) have an
-unrolled branch for d_conv = 4 and a general loop for other widths: both branches against the
-torch reference ops, in float32 and float64, with resets (rows carrying NaN states)."""
+"""The rollout conv kernels (kernels.numba.conv.conv_step_silu and
+kernels.numba.block_step.mamba_step_fused, through conv.conv_silu_step_row) have an unrolled
+branch for d_conv = 4 and a general loop for other widths: both branches against the torch
+reference ops, in float32 and float64, with resets (rows carrying NaN states)."""
 
 from __future__ import annotations
 

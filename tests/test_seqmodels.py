@@ -599,7 +599,7 @@ def test_numba_fast_exp_float32_accuracy():
     # relative) of the float64 exp wherever exp is a normal float, 0 (or a positive value below
     # the smallest normal, 1.2e-38) where it underflows, never negative / NaN / inf.
     numba = pytest.importorskip("numba")
-    from seqmodels.kernels.numba_jit import fexp, fexp2
+    from seqmodels.kernels.numba.numerics import fexp, fexp2
 
     @numba.njit
     def apply(x, base2):
@@ -630,7 +630,8 @@ def test_numba_opaque_and_prefetch_leave_values_alone():
     # NaN, signed zero and infinities included; _prefetch_row is a hint: it reads nothing into
     # the results and takes rows of any length (a partial last cache line, empty, float64).
     numba = pytest.importorskip("numba")
-    from seqmodels.kernels.numba_jit import _opaque, _prefetch_row
+    from seqmodels.kernels.numba.numerics import _opaque
+    from seqmodels.kernels.numba.numerics import prefetch_row as _prefetch_row
 
     @numba.njit
     def through(x):

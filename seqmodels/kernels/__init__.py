@@ -1,8 +1,10 @@
 """Compiled kernels behind seqmodels' fast backends: the only place in seqmodels that imports
 numba or mamba-ssm, or uses private torch APIs.
 
-- :mod:`seqmodels.kernels.numba_jit`: the numba loops (forward and backward of each fused
-  CPU op; imported on first use).
+- :mod:`seqmodels.kernels.numba`: the numba loops, one module per op family (conv, norm,
+  scan, ssd, block_step; forward and backward of each fused CPU op, the step kernels; imported
+  on first use). Its docstring tells which kernels are the hot path (training forward and
+  backward, the rollout step) and which only the tests reach.
 - :mod:`seqmodels.kernels.numba_ops`: those loops as torch ops (autograd Functions for the
   sequence ops, plain functions for the single steps), each with the signature of a readable
   twin in :mod:`seqmodels.scan` / :mod:`seqmodels.ops` and an equivalence test against it

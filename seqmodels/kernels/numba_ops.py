@@ -28,7 +28,7 @@ the parameters' ``data_ptr``) and ``mamba_step_numba_views`` (``mamba_step_numba
 those views, A = -exp(A_log) computed in the kernel), tested through ``Mamba.step`` against
 the twin, after in-place and replaced parameter updates too. ``seqmodels.Mamba2.step``'s
 likewise: ``mamba2_step_views`` and ``mamba2_step_numba_views`` (the whole step after in_proj
-in one kernel, ``numba_jit.mamba2_step_fused``), tested through ``Mamba2.step`` against its
+in one kernel, ``numba.block_step.mamba2_step_fused``), tested through ``Mamba2.step`` against its
 general path (``tests/test_mamba2_step_fused.py``).
 
 The sequence ops are ``torch.autograd.Function``s whose backward is its own kernel: the
@@ -49,7 +49,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import torch
@@ -75,17 +75,27 @@ MAMBA_BLOCK_TOKENS = 2048
 MAMBA_WINDOWED_MIN_TOKENS = 65536
 
 
+class _Kernels(NamedTuple):
+    """The kernel modules of :mod:`seqmodels.kernels.numba`, one per op family."""
+
+    conv: ModuleType
+    norm: ModuleType
+    scan: ModuleType
+    ssd: ModuleType
+    block_step: ModuleType
+
+
 @functools.lru_cache(maxsize=1)
-def _jit() -> ModuleType:
-    """The compiled loops (numba imported on first use; compiled, or loaded from numba's disk
-    cache, on each kernel's first call)."""
+def _jit() -> _Kernels:
+    """The compiled loops by op family (numba imported on first use; each kernel compiled, or
+    loaded from numba's disk cache, on its first call)."""
     try:  # optional dependency: only this backend needs numba
-        from seqmodels.kernels import numba_jit
+        from seqmodels.kernels.numba import block_step, conv, norm, scan, ssd
     except ImportError as err:  # pragma: no cover - numba is a declared dependency
         raise ImportError(
             "the numba backend needs numba: pip install numba (or use backend='chunked')"
         ) from err
-    return numba_jit
+    return _Kernels(conv=conv, norm=norm, scan=scan, ssd=ssd, block_step=block_step)
 
 
 _Fn = TypeVar("_Fn", bound=Callable[..., Any])
@@ -160,7 +170,7 @@ class _NumbaSelectiveScan(torch.autograd.Function):
         # contiguous once, saved as such: the backward reads the same memory without copying
         u, delta, Bm, Cm, keep = (t.detach().contiguous() for t in (u, delta, Bm, Cm, keep))
         arrays = [_np(t) for t in (u, delta, At, Bm, Cm, keep, h0.transpose(1, 2))]
-        y, h_last, ckpt = kern.mamba_fwd_t(*arrays, every)
+        y, h_last, ckpt = kern.scan.mamba_fwd_t(*arrays, every)
         ctx.every = every
         ctx.save_for_backward(u, delta, At, Bm, Cm, keep, torch.from_numpy(ckpt))
         return torch.from_numpy(y), torch.from_numpy(h_last).transpose(1, 2)
@@ -175,7 +185,7 @@ class _NumbaSelectiveScan(torch.autograd.Function):
             dh_last = u.new_zeros(u.shape[0], At.shape[1], At.shape[0])
         kern = _jit()
         arrays = [_np(t) for t in (u, delta, At, Bm, Cm, keep, ckpt, dy, dh_last.transpose(1, 2))]
-        du, ddelta, dA, dB, dC, dh0 = kern.mamba_bwd_t(*arrays, ctx.every)
+        du, ddelta, dA, dB, dC, dh0 = kern.scan.mamba_bwd_t(*arrays, ctx.every)
         t = torch.from_numpy
         return t(du), t(ddelta), t(dA).sum(0).t(), t(dB), t(dC), None, t(dh0).transpose(1, 2)
 
@@ -211,7 +221,7 @@ class _NumbaSSDScan(torch.autograd.Function):
         dt, Bm, Cm, keep = (t.detach().contiguous() for t in (dt, Bm, Cm, keep))
         h0k = _ssd_state_to_kernel(h0.detach(), ngroups)
         arrays = [_np(t) for t in (x2, dt, A, Dq, Bm, Cm, keep, h0k)]
-        y, h_last, ckpt = kern.ssd_fwd_t(*arrays, every)
+        y, h_last, ckpt = kern.ssd.ssd_fwd_t(*arrays, every)
         ctx.every = every
         ctx.save_for_backward(x2, dt, A, Dq, Bm, Cm, keep, torch.from_numpy(ckpt))
         y = torch.from_numpy(y).view(batch, length, nheads, headdim)
@@ -233,7 +243,7 @@ class _NumbaSSDScan(torch.autograd.Function):
             dhk = _ssd_state_to_kernel(dh_last, ngroups)
         kern = _jit()
         arrays = [_np(t) for t in (x2, dt, A, Dq, Bm, Cm, keep, ckpt, dy, dhk)]
-        dx, ddt, dA, dD, dB, dC, dh0 = kern.ssd_bwd_t(*arrays, ctx.every)
+        dx, ddt, dA, dD, dB, dC, dh0 = kern.ssd.ssd_bwd_t(*arrays, ctx.every)
         t = torch.from_numpy
         dx = t(dx).view(batch, length, nheads, channels // nheads)
         dh0 = _ssd_state_from_kernel(t(dh0), nheads)
@@ -312,7 +322,7 @@ class _NumbaConvSiLU(torch.autograd.Function):
         src, off = _row_buffer(x)
         w, bias, hist, keep = (t.detach().contiguous() for t in (w, bias, hist, keep))
         arrays = [_np(t) for t in (w, bias, hist, keep)]
-        out, state = _jit().conv_silu_fwd(_np(src), off, *arrays)
+        out, state = _jit().conv.conv_silu_fwd(_np(src), off, *arrays)
         ctx.off = off
         ctx.save_for_backward(src, w, bias, hist, keep)
         return torch.from_numpy(out), torch.from_numpy(state)
@@ -329,7 +339,7 @@ class _NumbaConvSiLU(torch.autograd.Function):
             dstate = src.new_zeros(batch, channels, width)
         dx = src.new_empty(batch, length, channels)
         arrays = [_np(t) for t in (w, bias, hist, keep, dout.contiguous(), dstate.contiguous())]
-        kernel = _jit().conv_silu_bwd
+        kernel = _jit().conv.conv_silu_bwd
         dw, dbias, dhist = kernel(_np(src), ctx.off, *arrays, _np(dx), 0)
         t = torch.from_numpy
         return dx, t(dw).sum(0), t(dbias).sum(0), t(dhist), None
@@ -362,7 +372,7 @@ class _NumbaRMSNormGated(torch.autograd.Function):
         src, off = _row_buffer(z)
         x, weight = x.detach().contiguous(), weight.detach().contiguous()
         args = (off, _np(weight), group_size, float(eps), bool(norm_before_gate))
-        out = _jit().rmsnorm_gated_fwd(_np(x), _np(src), *args)
+        out = _jit().norm.rmsnorm_gated_fwd(_np(x), _np(src), *args)
         ctx.args = args[2:]
         ctx.off = off
         ctx.save_for_backward(x, src, weight)
@@ -373,7 +383,7 @@ class _NumbaRMSNormGated(torch.autograd.Function):
     def backward(ctx, dout):  # type: ignore[override]
         x, src, weight = ctx.saved_tensors
         arrays = (_np(x), _np(src), ctx.off, _np(weight), *ctx.args, _np(dout.contiguous()))
-        dx, dz, dweight = _jit().rmsnorm_gated_bwd(*arrays)
+        dx, dz, dweight = _jit().norm.rmsnorm_gated_bwd(*arrays)
         t = torch.from_numpy
         return t(dx), t(dz), t(dweight).sum(0), None, None, None
 
@@ -405,7 +415,7 @@ class _NumbaRMSNorm(torch.autograd.Function):
     def forward(ctx, x, weight, eps):  # type: ignore[override]
         rows = x.detach().reshape(-1, x.shape[-1]).contiguous()
         weight = weight.detach().contiguous()
-        out, rstd = _jit().rmsnorm_fwd(_np(rows), _np(weight), float(eps))
+        out, rstd = _jit().norm.rmsnorm_fwd(_np(rows), _np(weight), float(eps))
         ctx.save_for_backward(rows, weight, torch.from_numpy(rstd))
         return torch.from_numpy(out).view(x.shape)
 
@@ -415,7 +425,7 @@ class _NumbaRMSNorm(torch.autograd.Function):
         rows, weight, rstd = ctx.saved_tensors
         parts = max(1, min(_RMSNORM_PARTS, rows.shape[0] // _RMSNORM_PART_ROWS))
         grad = _np(dout.reshape(rows.shape))
-        dx, dweight = _jit().rmsnorm_bwd(_np(rows), _np(weight), _np(rstd), grad, parts)
+        dx, dweight = _jit().norm.rmsnorm_bwd(_np(rows), _np(weight), _np(rstd), grad, parts)
         return torch.from_numpy(dx).view(dout.shape), torch.from_numpy(dweight).sum(0), None
 
 
@@ -428,7 +438,7 @@ def rmsnorm_numba(x: Tensor, weight: Tensor, eps: float) -> Tensor:
         return _NumbaRMSNorm.apply(x, weight, eps)
     rows = x.detach().reshape(-1, x.shape[-1]).contiguous()
     with torch_thread_count():
-        out, _ = _jit().rmsnorm_fwd(_np(rows), _np(weight), float(eps))
+        out, _ = _jit().norm.rmsnorm_fwd(_np(rows), _np(weight), float(eps))
     return torch.from_numpy(out).view(x.shape)
 
 
@@ -449,7 +459,7 @@ class _NumbaMambaFused(torch.autograd.Function):
         At = A.detach().t().contiguous()  # [N, D]
         arrays = [_np(t) for t in (u, dt_low, Wt, dt_bias, At, Bm, Cm, zsrc)]
         tail = [_np(t) for t in (D, keep, h0.transpose(1, 2))]
-        y, h_last, ckpt = _jit().mamba_fused_fwd(*arrays, zoff, *tail, every, _absent(u.dtype))
+        y, h_last, ckpt = _jit().scan.mamba_fused_fwd(*arrays, zoff, *tail, every, _absent(u.dtype))
         ctx.every, ctx.zoff = every, zoff
         ckpt = torch.from_numpy(ckpt)
         ctx.save_for_backward(u, dt_low, Wt, dt_bias, At, Bm, Cm, zsrc, D, keep, ckpt)
@@ -469,7 +479,7 @@ class _NumbaMambaFused(torch.autograd.Function):
         ddtl, dB, dC = torch.empty_like(dt_low), torch.empty_like(Bm), torch.empty_like(Cm)
         outs = [_np(t) for t in (dz, ddtl, dB, dC, du)]
         tail += [ctx.every, outs[0], 0, *outs[1:], _absent(u.dtype), _absent(u.dtype)]
-        grads = _jit().mamba_fused_bwd(*arrays, ctx.zoff, *tail)
+        grads = _jit().scan.mamba_fused_bwd(*arrays, ctx.zoff, *tail)
         dWt, ddbias, dA, dD, dh0 = (torch.from_numpy(g) for g in grads)
         return (
             du,
@@ -576,13 +586,13 @@ class _NumbaMambaBlock(torch.autograd.Function):
             keep_c = keep[:, s:e].contiguous()
             xz = F.linear(x[:, s:e], W_in, b_in)  # [B, T, 2 D]
             hist = state[:, :, 1:].transpose(1, 2).contiguous()
-            xs, new_state = kern.conv_silu_fwd(_np(xz), 0, *conv_np, _np(hist), _np(keep_c))
+            xs, new_state = kern.conv.conv_silu_fwd(_np(xz), 0, *conv_np, _np(hist), _np(keep_c))
             xs = torch.from_numpy(xs)
             dt_low, Bm, Cm = (
                 t.contiguous()
                 for t in torch.split(F.linear(xs, W_x), [dt_rank, d_state, d_state], dim=-1)
             )
-            y, h_next, ckpt = kern.mamba_fused_fwd(
+            y, h_next, ckpt = kern.scan.mamba_fused_fwd(
                 _np(xs), _np(dt_low), small[0], small[1], small[2], _np(Bm), _np(Cm), _np(xz),
                 d_inner, _np(D), _np(keep_c), _np(h), every, _absent(x.dtype),
             )  # fmt: skip
@@ -624,7 +634,7 @@ class _NumbaMambaBlock(torch.autograd.Function):
             x_c = x[:, s:e].reshape(-1, d_model)
             xz = F.linear(x_c, W_in, b_in).view(batch, e - s, 2 * d_inner)
             hist = ctx.starts[c][:, :, 1:].transpose(1, 2).contiguous()
-            xs, _ = kern.conv_silu_fwd(_np(xz), 0, *conv_np, _np(hist), _np(keep_c))
+            xs, _ = kern.conv.conv_silu_fwd(_np(xz), 0, *conv_np, _np(hist), _np(keep_c))
             xs = torch.from_numpy(xs).view(-1, d_inner)
             dt_low, Bm, Cm = (
                 t.contiguous().view(batch, e - s, -1)
@@ -636,7 +646,7 @@ class _NumbaMambaBlock(torch.autograd.Function):
             d_dbl = x.new_empty(batch, e - s, W_x.shape[0])  # d x_proj output
             d_dtl, dB, dC = (_np_view(t) for t in d_dbl.split([dt_rank, d_state, d_state], dim=-1))
             y = torch.empty_like(xs).view(batch, e - s, d_inner)
-            grads = kern.mamba_fused_bwd(
+            grads = kern.scan.mamba_fused_bwd(
                 _np(xs.view(batch, e - s, d_inner)), _np(dt_low), small[0], small[1], small[2],
                 _np(Bm), _np(Cm), _np(xz), d_inner, _np(D), _np(keep_c), _np(ctx.ckpts[c]),
                 _np(g_y), _np(g_h), every, _np(dxz), d_inner, d_dtl, dB, dC, _np(g_y), _np(y),
@@ -653,7 +663,7 @@ class _NumbaMambaBlock(torch.autograd.Function):
             dW_x.addmm_(d_dbl.t(), xs)
             dxs = du.view(-1, d_inner).addmm_(d_dbl, W_x).view(batch, e - s, d_inner)
             del xs, du, d_dbl
-            conv_grads = kern.conv_silu_bwd(
+            conv_grads = kern.conv.conv_silu_bwd(
                 _np(xz), 0, *conv_np, _np(hist), _np(keep_c), _np(dxs), _np(g_state), _np(dxz), 0
             )
             del xz, dxs
@@ -715,14 +725,14 @@ class _NumbaMambaBlockFull(torch.autograd.Function):
         xs_in = F.linear(x2, W_in[:d_inner], b_xs).view(batch, length, d_inner)
         z = F.linear(x2, W_in[d_inner:], b_z).view(batch, length, d_inner)
         hist = conv_state.detach()[:, :, 1:].transpose(1, 2).contiguous()  # [B, W-1, D]
-        xs, new_state = kern.conv_silu_fwd(
+        xs, new_state = kern.conv.conv_silu_fwd(
             _np(xs_in), 0, _np(w_conv), _np(b_conv), _np(hist), _np(keep)
         )
         xs = torch.from_numpy(xs)
         dbl = F.linear(xs, W_x)  # [B, L, R + 2 N]: dt_low | B | C
         dtl, Bm, Cm = (_np_view(t) for t in dbl.split([dt_rank, d_state, d_state], dim=-1))
         pre = torch.empty_like(xs)  # the gated inner part's output before the gate
-        y, h_last, ckpt = kern.mamba_fused_fwd(
+        y, h_last, ckpt = kern.scan.mamba_fused_fwd(
             _np(xs), dtl, _np(Wt_dt), _np(b_dt), _np(At), Bm, Cm, _np(z), 0, _np(D), _np(keep),
             _np(h0.detach().transpose(1, 2).contiguous()), every, _np(pre),
         )  # fmt: skip
@@ -762,7 +772,7 @@ class _NumbaMambaBlockFull(torch.autograd.Function):
         g_y_np = _np(g_y)
         dWt, ddbias, dAt, dD, dh0 = map(
             torch.from_numpy,
-            kern.mamba_fused_bwd(
+            kern.scan.mamba_fused_bwd(
                 _np(xs), dtl, _np(Wt_dt), _np(b_dt), _np(At), Bm, Cm, _np(z), 0, _np(D),
                 _np(keep), _np(ckpt), g_y_np, _np(dh), every, _np(dz), 0, d_dtl, dB, dC,
                 g_y_np, _np(y), _np(pre),
@@ -779,7 +789,7 @@ class _NumbaMambaBlockFull(torch.autograd.Function):
         del y
         dw_conv, db_conv, dhist = map(
             torch.from_numpy,
-            kern.conv_silu_bwd(
+            kern.conv.conv_silu_bwd(
                 _np(xs_in), 0, _np(w_conv), _np(b_conv), _np(hist), _np(keep), _np(dxs),
                 _np(dstate), _np(dxs_in), 0,
             ),
@@ -856,7 +866,7 @@ def conv_step_silu_numba(
     b = x.new_zeros(w.shape[0]) if bias is None else bias.to(dtype)
     arrays = [_np(t.to(dtype)) for t in (conv_state, x, w, b)]
     with torch_thread_count():
-        new_state, out = _jit().conv_step_silu(*arrays)
+        new_state, out = _jit().conv.conv_step_silu(*arrays)
     return torch.from_numpy(out), torch.from_numpy(new_state).to(conv_state.dtype)
 
 
@@ -868,7 +878,7 @@ def selective_state_update_numba(
     dtype = x.dtype
     arrays = [_np(t.to(dtype)) for t in (h, dt, x, A, Bm, Cm)]
     with torch_thread_count():
-        h_new, y = _jit().mamba_step(*arrays)
+        h_new, y = _jit().scan.mamba_step(*arrays)
     return torch.from_numpy(h_new), torch.from_numpy(y)
 
 
@@ -891,7 +901,7 @@ def selective_state_update_gated_numba(
     h_np, dt_np, bias_np = (_np(t.to(dtype)) for t in (h, dt, bias))
     rest = [_np(t.to(dtype)) for t in (x, z, A, D, Bm, Cm)]
     with torch_thread_count():
-        h_new, y = _jit().mamba_step_gated(h_np, dt_np, bias_np, bool(dt_softplus), *rest)
+        h_new, y = _jit().scan.mamba_step_gated(h_np, dt_np, bias_np, bool(dt_softplus), *rest)
     return torch.from_numpy(h_new), torch.from_numpy(y)
 
 
@@ -925,7 +935,9 @@ def mamba_step_numba(
         )
     ]  # fmt: skip
     with torch_thread_count():
-        y, new_conv, new_ssm = _jit().mamba_step_fused(*arrays[:3], flags, *arrays[3:], False)
+        y, new_conv, new_ssm = _jit().block_step.mamba_step_fused(
+            *arrays[:3], flags, *arrays[3:], False
+        )
     y, new_conv, new_ssm = (torch.from_numpy(t) for t in (y, new_conv, new_ssm))
     if new_conv.dtype != conv_state.dtype:
         new_conv = new_conv.to(conv_state.dtype)
@@ -970,7 +982,7 @@ def mamba_step_numba_views(
     states must have the views' dtype."""
     flags = np.zeros(xz.shape[0], dtype=np.bool_) if reset is None else _np(reset)
     with torch_thread_count():
-        y, new_conv, new_ssm = _jit().mamba_step_fused(
+        y, new_conv, new_ssm = _jit().block_step.mamba_step_fused(
             _np(xz), _np(conv_state), _np(ssm_state), flags, *views, True
         )
     return torch.from_numpy(y), torch.from_numpy(new_conv), torch.from_numpy(new_ssm)
@@ -1013,7 +1025,7 @@ def mamba2_step_numba_views(
     norm: tuple[float, bool],
     dt_limit: tuple[float, float],
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """A Mamba2 step after in_proj in one kernel (``numba_jit.mamba2_step_fused``), the
+    """A Mamba2 step after in_proj in one kernel (``numba.block_step.mamba2_step_fused``), the
     rollout path of ``seqmodels.Mamba2.step`` (its general path is the readable twin):
     zxbcdt ``[B, d_in_proj]`` (in_proj's output, read in place), conv_state ``[B, conv_dim,
     d_conv]``, ssm_state ``[B, nheads, headdim, d_state]``, reset ``[B]`` bool or None,
@@ -1025,7 +1037,7 @@ def mamba2_step_numba_views(
     eps, norm_before_gate = norm
     clamp = tuple(dt_limit) != (0.0, float("inf"))
     with torch_thread_count():
-        y, new_conv, new_ssm = _jit().mamba2_step_fused(
+        y, new_conv, new_ssm = _jit().block_step.mamba2_step_fused(
             _np(zxbcdt), _np(conv_state), _np(ssm_state), flags, *views,
             float(eps), bool(norm_before_gate), float(dt_limit[0]), float(dt_limit[1]), clamp,
         )  # fmt: skip
@@ -1040,7 +1052,7 @@ def ssd_state_update_numba(
     dtype = x.dtype
     arrays = [_np(t.to(dtype)) for t in (h, dt, x, A, Bm, Cm)]
     with torch_thread_count():
-        h_new, y = _jit().ssd_step(*arrays)
+        h_new, y = _jit().ssd.ssd_step(*arrays)
     return torch.from_numpy(h_new), torch.from_numpy(y)
 
 
