@@ -30,6 +30,7 @@ from marl.core.seed_batched import (
     SeedViews,
     clip_grad_norm_per_seed_,
     per_seed_grad_norm,
+    run_seed_mlp,
     seed_group_key,
     stack_modules,
     unstack,
@@ -637,3 +638,18 @@ def test_running_moments_per_seed() -> None:
         assert torch.equal(batched.count[s * G : (s + 1) * G], alone[s].count)
     moments = group_moments(x, group=seed_group_key(x, group, num_groups=G), num_groups=S * G)
     assert moments.mean.shape == (S * G,)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "silu", "gelu"])
+def test_run_seed_mlp_is_the_module_call(one_thread, activation: str) -> None:
+    """The rollout's fast path computes what the module calls compute, bit for bit."""
+    torch.manual_seed(8)
+    nets = [actor_torso(11, 32, 5, activation) for _ in range(3)]
+    stacked = stack_modules(nets)
+    x = torch.randn(3, 40, 11)
+    assert torch.equal(run_seed_mlp(stacked, x), stacked(x))
+    head = stack_modules([net[-1] for net in nets])
+    h = torch.randn(3, 40, 32)
+    assert torch.equal(run_seed_mlp(head, h), head(h))
+    no_bias = SeedLinear(torch.randn(3, 4, 32))
+    assert torch.equal(run_seed_mlp(no_bias, h), no_bias(h))

@@ -73,6 +73,7 @@ __all__ = [
     "SeedViews",
     "clip_grad_norm_per_seed_",
     "per_seed_grad_norm",
+    "run_seed_mlp",
     "seed_group_key",
     "stack_modules",
     "unstack",
@@ -708,3 +709,27 @@ def whiten_per_seed(
     :func:`seed_group_key`), in one call of the grouped kernel."""
     key = seed_group_key(x, group, num_groups=num_groups)
     return whiten(x, mask=mask, group=key, **whiten_kw)
+
+
+# ------------------------------------------------------------------------------------------
+# the rollout's fast path (appended for marl.seed_policies)
+# ------------------------------------------------------------------------------------------
+
+
+def run_seed_mlp(net: SeedMLP | SeedLinear, x: Tensor) -> Tensor:
+    """``net(x)`` for ``x [S, N, in_features]`` (3-D) without module calls: the same
+    operations as :meth:`SeedMLP.forward` / :meth:`SeedLinear.forward` (so the same bits),
+    without their checks and per-module call overhead, which a rollout step's small batched
+    matmuls feel (as ``seqmodels.backbones.run_sequential`` for the single-seed torso)."""
+    layers = (net,) if isinstance(net, SeedLinear) else net.layers
+    for layer in layers:
+        if type(layer) is SeedLinear:
+            weight_t = layer.weight.transpose(1, 2)
+            if layer.bias is None:
+                x = torch.bmm(x, weight_t)
+            else:
+                x = torch.baddbmm(layer.bias.unsqueeze(1), x, weight_t)
+        else:
+            fn = _FUNCTIONAL.get(type(layer))
+            x = fn(x) if fn is not None else layer(x)
+    return x

@@ -1,0 +1,999 @@
+"""Seed-stacked actors and critic: S single-seed policies as one module with a leading seed axis.
+
+Issue 37 trains S seeds in one process by stacking them: every parameter of the modules here
+is ``[S, ...]`` (seed k's slice is exactly seed k's single-seed parameter) and every input and
+output gains a leading seed axis. They are built from the modules the single-seed code builds
+(:func:`build_seed_policies` mirrors the trainer's seeding), and :meth:`unstack` gives those
+modules back.
+
+=============================== =========================================================
+:class:`SeedTypeActor`          S :class:`marl.policies.TypeActor` of one agent type
+:class:`SeedMultiAgentPolicy`   S :class:`marl.policies.MultiAgentPolicy`
+:class:`SeedCentralCritic`      S :class:`marl.policies.CentralCritic`
+:func:`stack_policies`          S TypeActor or MultiAgentPolicy -> the seed module
+:func:`stack_critics`           S CentralCritic -> :class:`SeedCentralCritic`
+:func:`stack_backbones`         S backbones of ``seqmodels.backbones`` -> a seed backbone
+:func:`build_seed_policies`     the trainer's initialisation for each seed, stacked
+:func:`seed_neg_gumbel_noise`   sampling noise ``[S, ...]``, seed k's from seed k's generator
+=============================== =========================================================
+
+Shapes (S seeds, E envs, n agents of the type, D observation size, A actions, B units of a
+training window, P burn-in prefix steps, L loss steps; ``...`` a single-seed shape):
+
+- actor step: ``obs [S, E, n, D]``, ``mask [S, E, n, A]``, ``reset [S, E]`` -> actions,
+  log-probs ``[S, E, n]``; state: a tuple of ``[S, E * n, ...]`` (seed k's slice is the
+  single-seed state of seed k's actor).
+- actor windows: ``obs [S, B, P + L, n, D]``, ``mask [S, B, L, n, A]``, ``resets [S, B, P + L]``,
+  ``burn_in [S, B]`` -> a distribution over ``[S, B, L, n]``.
+- critic: ``state [S, ..., state_dim]`` -> team ``[S, ..., K]``, individual ``[S, ..., N, K]``.
+
+Backbones (:func:`stack_backbones`):
+
+- ``mlp``: :class:`SeedMLPBackbone` (one ``baddbmm`` per layer for all seeds);
+- ``gru``: :class:`SeedGRUBackbone` (projection and GRU cell batched over seeds);
+- ``mamba``, ``mamba2`` and any other registered backbone: :class:`SeedLoopBackbone`, the
+  *unbatched path*: its parameters are stacked like the others', but it calls seed k's own
+  single-seed module on seed k's rows, one seed after another. Mamba's fused kernels take one
+  set of per-channel parameters per call, so batching seeds needs a kernel with grouped B/C
+  (mamba) or seeds folded into heads and groups (mamba2: ``H' = S H``, ``G' = S G``, the
+  fused step kernel's field-by-field column layout for in_proj's output, the conv state and
+  the conv weights). Measured for the fold on one CPU thread (S = 16, 128 rows per seed):
+  the fused mamba2 step kernel on the folded layout costs 0.22 ms per seed against 0.15 ms
+  unfolded (the folded state no longer stays in cache); per-seed episode resets force a copy
+  of the folded SSM state (0.14 ms per seed at each step with a reset, i.e. nearly every
+  step once S x E envs run); batching the projections and norms around the blocks saved 5-10 %
+  of a backbone step. So this module does not fold on CPU; a GPU, where kernel launches
+  rather than arithmetic bound a step, is where a fold would pay.
+
+Equality (tests/test_seed_policies.py, one torch thread, CPU):
+
+- seed k in a stack of S equals seed k in a stack of one *bit for bit*: outputs, new states,
+  sampled actions and every gradient (``--seeds 0-15`` vs ``--seeds k``). The seed modules only
+  use batched matmuls (one GEMM per seed, shapes independent of S), row-wise or elementwise
+  operations whose bits do not depend on the number of seeds (:mod:`marl.core.seed_batched`),
+  and per-seed calls.
+- against the single-seed modules: the unbatched path's backbone is the single-seed module
+  itself (bit-equal); the batched layers (``baddbmm`` in place of ``addmm``; SiLU through
+  ``exp``; a batched burn-in runs every unit, the single-seed one a group's rows) agree to
+  float32 rounding, so logits, values and states agree to ``rtol=1e-5, atol=1e-6`` and
+  gradients to ``rtol=1e-4, atol=1e-6``, not bit for bit (a GEMM's bits depend on its row
+  count and on bmm vs addmm for some shapes; the rollout step's logits came out bit-equal
+  for every backbone at the tested shapes, which the tests do not pin).
+- action sampling: seed k's noise comes from seed k's generator only
+  (:func:`seed_neg_gumbel_noise`), drawn as the single-seed ``TypeActor.act`` draws it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from marl.core.seed_batched import SeedGRU, SeedLinear, SeedMLP, run_seed_mlp
+from marl.policies import (
+    MASK_LOGIT,
+    AgentLayout,
+    CentralCritic,
+    MaskedCategorical,
+    MultiAgentPolicy,
+    TypeActor,
+    gumbel_max,
+    neg_gumbel_noise,
+)
+from seqmodels.backbones import Backbone, GRUBackbone, MLPBackbone
+
+__all__ = [
+    "SeedBackbone",
+    "SeedCentralCritic",
+    "SeedGRUBackbone",
+    "SeedLoopBackbone",
+    "SeedMLPBackbone",
+    "SeedMultiAgentPolicy",
+    "SeedTypeActor",
+    "build_seed_policies",
+    "seed_neg_gumbel_noise",
+    "stack_backbones",
+    "stack_critics",
+    "stack_policies",
+]
+
+State = tuple[Tensor, ...]
+
+
+def _same_type(modules: Sequence[nn.Module], what: type, name: str) -> list[nn.Module]:
+    modules = list(modules)
+    if not modules:
+        raise ValueError(f"need at least one {name} to stack (one per seed), got none")
+    for i, m in enumerate(modules):
+        if type(m) is not type(modules[0]) or not isinstance(m, what):
+            raise TypeError(
+                f"{name}s to stack must be {what.__name__} of one type; {name} {i} is "
+                f"{type(m).__name__}, {name} 0 is {type(modules[0]).__name__}"
+            )
+    return modules
+
+
+def _check_seed_tensor(x: object, shape: Sequence[int | None], name: str) -> Tensor:
+    """``x`` as a tensor whose shape matches ``shape`` (None: any size there)."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    mismatch = x.dim() != len(shape) or any(
+        w is not None and w != g for w, g in zip(shape, x.shape, strict=True)
+    )
+    if mismatch:
+        want = ", ".join("*" if w is None else str(w) for w in shape)
+        raise ValueError(f"{name} must have shape [{want}], got {list(x.shape)}")
+    return x
+
+
+def _apply(net: SeedMLP | SeedLinear, x: Tensor) -> Tensor:
+    """``net(x)`` for ``x [S, ..., in]`` -> ``[S, ..., out]`` through :func:`run_seed_mlp` (the
+    same operations as the module call, without its per-module overhead)."""
+    if x.dim() == 3:
+        return run_seed_mlp(net, x)
+    y = run_seed_mlp(net, x.reshape(x.shape[0], -1, x.shape[-1]))
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def _stack(tensors: Sequence[Tensor]) -> Tensor:
+    """``[S, ...]`` from S tensors; one tensor gains the seed axis as a view (no copy)."""
+    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(list(tensors))
+
+
+def _stack_states(per_seed: Sequence[State]) -> State:
+    """S single-seed states (tuples of ``[B, ...]``) -> one tuple of ``[S, B, ...]``."""
+    return tuple(_stack(parts) for parts in zip(*per_seed, strict=True))
+
+
+# ------------------------------------------------------------------------------------------
+# backbones
+# ------------------------------------------------------------------------------------------
+
+
+class SeedBackbone(nn.Module):
+    """S backbones of one kind with a leading seed axis (``seqmodels.backbones``' contract)::
+
+        initial_state(batch) -> tuple of [S, batch, ...]
+        step(x [S, B, D], state, reset [S, B] | None) -> (y [S, B, H], state)
+        forward(x [S, B, L, D], state | None, resets [S, B, L] | None) -> (y [S, B, L, H], state)
+        unstack() -> S single-seed backbones (copies)
+        seed_state_dict(k) -> seed k's parameters under the single-seed module's names
+
+    ``batched`` says whether the seeds are computed together (one call for all seeds) or one
+    after another (:class:`SeedLoopBackbone`).
+    """
+
+    num_seeds: int
+    input_dim: int
+    output_dim: int
+    is_recurrent: bool
+    batched: bool = True
+
+    def _init_from(self, backbones: Sequence[Backbone]) -> None:
+        first = backbones[0]
+        self.num_seeds = len(backbones)
+        self.input_dim, self.output_dim = first.input_dim, first.output_dim
+        self.is_recurrent = bool(first.is_recurrent)
+        #: seed 0's module, the structure :meth:`unstack` copies (not a submodule: its
+        #: parameters are not the stack's)
+        self._template: tuple[Backbone] = (copy.deepcopy(first),)
+
+    def single_seed_names(self) -> dict[str, str]:
+        """Stacked parameter name -> the single-seed backbone's parameter name."""
+        raise NotImplementedError
+
+    def seed_state_dict(self, seed: int) -> dict[str, Tensor]:
+        """Seed ``seed``'s parameters (views of the stack) under the single-seed names: a
+        ``state_dict`` that a single-seed backbone of this kind loads."""
+        params = dict(self.named_parameters())
+        return {single: params[name][seed] for name, single in self.single_seed_names().items()}
+
+    def unstack(self) -> list[Backbone]:
+        """S single-seed backbones holding copies of each seed's parameters."""
+        weight = next(self.parameters())
+        backbones = []
+        for k in range(self.num_seeds):
+            backbone = copy.deepcopy(self._template[0]).to(weight.device)
+            backbone.load_state_dict(self.seed_state_dict(k))
+            backbones.append(backbone)
+        return backbones
+
+    def _check_step(self, x: Tensor, reset: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        x = _check_seed_tensor(x, [self.num_seeds, None, self.input_dim], "x")
+        if reset is not None:
+            reset = _check_seed_tensor(reset, [self.num_seeds, x.shape[1]], "reset").bool()
+        return x, reset
+
+    def _check_seq(self, x: Tensor, resets: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        x = _check_seed_tensor(x, [self.num_seeds, None, None, self.input_dim], "x")
+        if resets is not None:
+            want = [self.num_seeds, x.shape[1], x.shape[2]]
+            resets = _check_seed_tensor(resets, want, "resets").bool()
+        return x, resets
+
+
+class SeedMLPBackbone(SeedBackbone):
+    """S :class:`seqmodels.backbones.MLPBackbone` (no memory; state ``()``): ``net`` is their
+    layers as one :class:`SeedMLP`."""
+
+    is_recurrent = False
+
+    def __init__(self, backbones: Sequence[MLPBackbone]) -> None:
+        super().__init__()
+        backbones = _same_type(backbones, MLPBackbone, "backbone")
+        self._init_from(backbones)
+        self.net = SeedMLP.from_modules([b.net for b in backbones])
+
+    def single_seed_names(self) -> dict[str, str]:
+        return {f"net.layers.{name[len('layers.') :]}": f"net.{name[len('layers.') :]}"
+                for name, _ in self.net.named_parameters()}  # fmt: skip
+
+    def initial_state(self, batch_size: int) -> State:
+        return ()
+
+    def step(
+        self, x: Tensor, state: State | None = (), reset: Tensor | None = None
+    ) -> tuple[Tensor, State]:
+        """x ``[S, B, input_dim]`` -> (y ``[S, B, hidden_dim]``, ())."""
+        x, _ = self._check_step(x, reset)
+        return _apply(self.net, x), ()
+
+    def forward(
+        self, x: Tensor, state: State | None = None, resets: Tensor | None = None
+    ) -> tuple[Tensor, State]:
+        """x ``[S, B, L, input_dim]`` -> (y ``[S, B, L, hidden_dim]``, ())."""
+        x, _ = self._check_seq(x, resets)
+        return _apply(self.net, x), ()
+
+
+class SeedGRUBackbone(SeedBackbone):
+    """S :class:`seqmodels.backbones.GRUBackbone`: ``proj`` (Linear + activation, a
+    :class:`SeedMLP`) then ``gru`` (:class:`SeedGRU`); state ``(h [S, B, num_layers, H],)``,
+    zeroed per row at episode starts as ``GRUBackbone`` does."""
+
+    is_recurrent = True
+
+    def __init__(self, backbones: Sequence[GRUBackbone]) -> None:
+        super().__init__()
+        backbones = _same_type(backbones, GRUBackbone, "backbone")
+        self._init_from(backbones)
+        self.num_layers = backbones[0].num_layers
+        self.proj = SeedMLP.from_modules([b.proj for b in backbones])
+        self.gru = SeedGRU.from_modules([b.gru for b in backbones])
+
+    def single_seed_names(self) -> dict[str, str]:
+        names = {f"proj.layers.{name[len('layers.') :]}": f"proj.{name[len('layers.') :]}"
+                 for name, _ in self.proj.named_parameters()}  # fmt: skip
+        names.update({f"gru.{name}": f"gru.{name}" for name, _ in self.gru.named_parameters()})
+        return names
+
+    def initial_state(self, batch_size: int) -> State:
+        return (self.gru.initial_state(batch_size),)
+
+    @staticmethod
+    def _h(state: State | None) -> Tensor | None:
+        """``h`` of a state ``(h,)`` (None: zeros; SeedGRU checks its shape)."""
+        if state is None:
+            return None
+        if not isinstance(state, (tuple, list)) or len(state) != 1:
+            raise TypeError("gru state must be a 1-tuple (h,) as returned by initial_state")
+        return state[0]
+
+    def step(
+        self, x: Tensor, state: State | None, reset: Tensor | None = None
+    ) -> tuple[Tensor, State]:
+        """x ``[S, B, input_dim]``, state ``(h [S, B, num_layers, H],)``, reset ``[S, B]`` ->
+        (y ``[S, B, H]``, state)."""
+        x, reset = self._check_step(x, reset)
+        y, h = self.gru.step(_apply(self.proj, x), self._h(state), reset)
+        return y, (h,)
+
+    def forward(
+        self, x: Tensor, state: State | None = None, resets: Tensor | None = None
+    ) -> tuple[Tensor, State]:
+        """x ``[S, B, L, input_dim]``, state ``(h [S, B, num_layers, H],)`` or None, resets
+        ``[S, B, L]`` -> (y ``[S, B, L, H]``, state after the last step)."""
+        x, resets = self._check_seq(x, resets)
+        y, h = self.gru(_apply(self.proj, x), self._h(state), resets)
+        return y, (h,)
+
+
+class _BackboneCall(nn.Module):
+    """One backbone behind a single ``forward`` (``torch.func.functional_call`` calls
+    ``forward`` only): ``step=True`` runs ``backbone.step``."""
+
+    def __init__(self, backbone: Backbone) -> None:
+        super().__init__()
+        self.backbone = backbone
+
+    def forward(
+        self, x: Tensor, state: State | None, resets: Tensor | None, step: bool
+    ) -> tuple[Tensor, State]:
+        if step:
+            return self.backbone.step(x, state, resets)
+        return self.backbone(x, state, resets)
+
+
+class SeedLoopBackbone(SeedBackbone):
+    """The unbatched path: S backbones of any kind (mamba, mamba2, a registered one) with
+    stacked parameters, computed one seed after another by seed k's own module.
+
+    ``stacked`` holds the parameters: a copy of seed 0's backbone whose every parameter is
+    replaced by the stack ``[S, ...]`` of the seeds' (the single-seed names and nesting, so
+    ``state_dict`` keys are the single-seed keys under ``stacked.``). It is a container and
+    is never called. Seed k is computed by a private single-seed module ("runner") of the
+    same kind: without autograd (rollouts) its parameters are views of seed k's slices of the
+    stack (no copy; an optimizer's in-place step is seen at once; rebuilt when the stack's
+    tensors are replaced, e.g. by ``.to()``); with autograd, ``torch.func.functional_call``
+    runs it on the slices, so the gradients land in the stack. Each runner keeps its own
+    caches (Mamba's step-kernel parameter views).
+
+    Seed k's outputs, states and gradients (for the same inputs and upstream gradients) are
+    those of the single-seed module, bit for bit. The cost over S single-seed modules is the
+    per-seed slicing of inputs and states, the stacking of outputs and new states (a copy
+    the separate modules do not make) and, with autograd, ``functional_call``'s parameter
+    swap: a rollout step's ``act`` on 64 envs of the small preset costs 0.87-0.94x of S
+    separate policies' (benchmarks/seed_policies_probe.py), the fused step kernels and the
+    per-seed torch ops being the same.
+
+    Backbones with buffers are refused (none of the built-in kinds has one).
+    """
+
+    batched = False
+
+    def __init__(self, backbones: Sequence[Backbone]) -> None:
+        super().__init__()
+        backbones = _same_type(backbones, nn.Module, "backbone")
+        first = backbones[0]
+        if any(True for _ in first.buffers()):
+            raise TypeError(
+                f"SeedLoopBackbone stacks parameters only; {type(first).__name__} has buffers "
+                f"({[name for name, _ in first.named_buffers()]})"
+            )
+        names = [name for name, _ in first.named_parameters()]
+        for i, b in enumerate(backbones):
+            shapes = {name: tuple(p.shape) for name, p in b.named_parameters()}
+            if shapes != {name: tuple(p.shape) for name, p in first.named_parameters()}:
+                raise ValueError(f"backbone {i} has other parameters than backbone 0: {shapes}")
+        self._init_from(backbones)
+        self.stacked = copy.deepcopy(first)
+        with torch.no_grad():
+            for name in names:
+                owner, attr = self._owner(self.stacked, name)
+                parts = [b.get_parameter(name) for b in backbones]
+                stacked = torch.stack([p.detach() for p in parts])
+                setattr(owner, attr, nn.Parameter(stacked, requires_grad=parts[0].requires_grad))
+        self._names = names
+        #: (module, attribute) of each stacked parameter in ``stacked``, and in each runner
+        self._slots = [self._owner(self.stacked, name) for name in names]
+        self._runners = [_BackboneCall(copy.deepcopy(first)) for _ in backbones]
+        self._runner_slots = [
+            [self._owner(runner.backbone, name) for name in names] for runner in self._runners
+        ]
+        self._aliased: tuple[int, ...] | None = None
+
+    @staticmethod
+    def _owner(root: nn.Module, name: str) -> tuple[nn.Module, str]:
+        path, _, attr = name.rpartition(".")
+        return root.get_submodule(path), attr
+
+    def single_seed_names(self) -> dict[str, str]:
+        return {f"stacked.{name}": name for name in self._names}
+
+    def _stacked_params(self) -> list[Tensor]:
+        return [getattr(owner, attr) for owner, attr in self._slots]
+
+    def _alias_runners(self, stacked: Sequence[Tensor]) -> None:
+        """Make every runner's parameters views of its seed's slices of the stack (once per
+        set of stacked tensors: keyed on their data pointers)."""
+        key = tuple(p.data_ptr() for p in stacked)
+        if key == self._aliased:
+            return
+        for k, slots in enumerate(self._runner_slots):
+            for (owner, attr), p in zip(slots, stacked, strict=True):
+                setattr(owner, attr, nn.Parameter(p.detach()[k], requires_grad=False))
+        self._aliased = key
+
+    def _run(
+        self,
+        step: bool,
+        xs: Sequence[Tensor],
+        states: Sequence[State | None],
+        resets: Sequence[Tensor | None] | None,
+        seeds: Sequence[int] | None = None,
+    ) -> list[tuple[Tensor, State]]:
+        """Seed ``seeds[i]``'s backbone on ``xs[i]``, ``states[i]``, ``resets[i]`` (single-seed
+        shapes; ``seeds`` None: every seed in order), one after another."""
+        seeds = range(self.num_seeds) if seeds is None else seeds
+        stacked = self._stacked_params()
+        outs = []
+        if torch.is_grad_enabled() and any(p.requires_grad for p in stacked):
+            names = [f"backbone.{name}" for name in self._names]
+            for i, k in enumerate(seeds):
+                params = {name: p[k] for name, p in zip(names, stacked, strict=True)}
+                args = (xs[i], states[i], None if resets is None else resets[i], step)
+                outs.append(
+                    functional_call(self._runners[k], params, args, strict=True, tie_weights=False)
+                )
+            return outs
+        self._alias_runners(stacked)
+        for i, k in enumerate(seeds):
+            outs.append(
+                self._runners[k](xs[i], states[i], None if resets is None else resets[i], step)
+            )
+        return outs
+
+    def initial_state(self, batch_size: int) -> State:
+        self._alias_runners(self._stacked_params())
+        return _stack_states([r.backbone.initial_state(batch_size) for r in self._runners])
+
+    def _seed_states(self, state: State | None, batch: int) -> list[State | None]:
+        if state is None:
+            return [None] * self.num_seeds
+        if not isinstance(state, (tuple, list)):
+            raise TypeError("state must be a tuple of [S, B, ...] tensors (initial_state)")
+        for i, s in enumerate(state):
+            if not isinstance(s, Tensor) or tuple(s.shape[:2]) != (self.num_seeds, batch):
+                got = list(s.shape) if isinstance(s, Tensor) else type(s).__name__
+                raise ValueError(
+                    f"state[{i}] must have shape [S={self.num_seeds}, B={batch}, ...], got {got}"
+                )
+        return [tuple(s[k] for s in state) for k in range(self.num_seeds)]
+
+    def step(
+        self, x: Tensor, state: State | None, reset: Tensor | None = None
+    ) -> tuple[Tensor, State]:
+        """x ``[S, B, input_dim]``, state (tuple of ``[S, B, ...]``), reset ``[S, B]`` ->
+        (y ``[S, B, H]``, state): ``backbone_k.step(x[k], state[k], reset[k])`` for each k."""
+        x, reset = self._check_step(x, reset)
+        outs = self._run(True, x, self._seed_states(state, x.shape[1]), reset)
+        return _stack([y for y, _ in outs]), _stack_states([s for _, s in outs])
+
+    def forward(
+        self, x: Tensor, state: State | None = None, resets: Tensor | None = None
+    ) -> tuple[Tensor, State]:
+        """x ``[S, B, L, input_dim]``, state or None, resets ``[S, B, L]`` -> (y ``[S, B, L,
+        H]``, state after the last step): ``backbone_k(x[k], state[k], resets[k])`` for each
+        k."""
+        x, resets = self._check_seq(x, resets)
+        outs = self._run(False, x, self._seed_states(state, x.shape[1]), resets)
+        return _stack([y for y, _ in outs]), _stack_states([s for _, s in outs])
+
+    def forward_seed(
+        self, seed: int, x: Tensor, state: State | None, resets: Tensor | None
+    ) -> tuple[Tensor, State]:
+        """Seed ``seed``'s backbone alone on single-seed inputs (any batch size):
+        ``x [B, L, D]`` -> (``y [B, L, H]``, state). Used where seeds need different rows
+        (the burn-in of :meth:`SeedTypeActor.chunks`)."""
+        return self._run(False, [x], [state], None if resets is None else [resets], [seed])[0]
+
+
+#: single-seed backbone type -> the seed backbone class that stacks it batched; any other
+#: backbone stacks as a :class:`SeedLoopBackbone`
+SEED_BACKBONES: dict[type, Callable[[Sequence[Any]], SeedBackbone]] = {
+    MLPBackbone: SeedMLPBackbone,
+    GRUBackbone: SeedGRUBackbone,
+}
+
+
+def stack_backbones(backbones: Sequence[Backbone]) -> SeedBackbone:
+    """S single-seed backbones of one kind -> one seed backbone (parameters copied exactly):
+    batched for mlp and gru (:data:`SEED_BACKBONES`), the unbatched
+    :class:`SeedLoopBackbone` otherwise."""
+    backbones = _same_type(backbones, nn.Module, "backbone")
+    build = SEED_BACKBONES.get(type(backbones[0]), SeedLoopBackbone)
+    return build(backbones)
+
+
+# ------------------------------------------------------------------------------------------
+# actors
+# ------------------------------------------------------------------------------------------
+
+
+def seed_neg_gumbel_noise(
+    shape: Sequence[int],
+    generators: Sequence[torch.Generator],
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """``[S, *shape]`` negated Gumbel noise: entry k drawn by
+    :func:`marl.policies.neg_gumbel_noise` from ``generators[k]`` alone (what a single-seed
+    run with that generator draws), so seed k's samples depend on seed k's generator only."""
+    generators = list(generators)
+    if not generators or not all(isinstance(g, torch.Generator) for g in generators):
+        raise TypeError("generators must be a non-empty sequence of torch.Generator, one per seed")
+    return torch.stack([neg_gumbel_noise(tuple(shape), g, device) for g in generators])
+
+
+class SeedTypeActor(nn.Module):
+    """S :class:`marl.policies.TypeActor` of one agent type, stacked; the same methods with a
+    leading seed axis on every input and output (module docstring)."""
+
+    def __init__(self, actors: Sequence[TypeActor]) -> None:
+        super().__init__()
+        actors = _same_type(actors, TypeActor, "actor")
+        first = actors[0]
+        for i, a in enumerate(actors):
+            dims = (a.obs_dim, a.n_agents, a.n_actions)
+            if dims != (first.obs_dim, first.n_agents, first.n_actions):
+                raise ValueError(
+                    f"actor {i} has (obs_dim, n_agents, n_actions) {dims}; actor 0 has "
+                    f"{(first.obs_dim, first.n_agents, first.n_actions)}"
+                )
+        self.num_seeds = len(actors)
+        self.obs_dim, self.n_agents, self.n_actions = first.obs_dim, first.n_agents, first.n_actions
+        self.backbone = stack_backbones([a.backbone for a in actors])
+        self.head = SeedLinear.from_modules([a.head for a in actors])
+        self.register_buffer("agent_onehot", torch.eye(self.n_agents), persistent=False)
+        self._template: tuple[TypeActor] = (copy.deepcopy(first),)
+
+    @property
+    def is_recurrent(self) -> bool:
+        return bool(self.backbone.is_recurrent)
+
+    # -- stacking ----------------------------------------------------------------------------
+
+    def single_seed_names(self) -> dict[str, str]:
+        """Stacked parameter name -> the single-seed ``TypeActor``'s parameter name."""
+        names = {f"backbone.{s}": f"backbone.{t}"
+                 for s, t in self.backbone.single_seed_names().items()}  # fmt: skip
+        names.update({"head.weight": "head.weight", "head.bias": "head.bias"})
+        return names
+
+    def seed_state_dict(self, seed: int) -> dict[str, Tensor]:
+        """Seed ``seed``'s parameters (views) under the ``TypeActor`` names: its state_dict."""
+        params = dict(self.named_parameters())
+        return {single: params[name][seed] for name, single in self.single_seed_names().items()}
+
+    def unstack(self) -> list[TypeActor]:
+        """S single-seed ``TypeActor`` with copies of each seed's parameters."""
+        device = self.head.weight.device
+        actors = []
+        for k in range(self.num_seeds):
+            actor = copy.deepcopy(self._template[0]).to(device)
+            actor.load_state_dict(self.seed_state_dict(k))
+            actors.append(actor)
+        return actors
+
+    # -- rollout -----------------------------------------------------------------------------
+
+    def initial_state(self, num_envs: int) -> State:
+        """State for ``num_envs * n_agents`` rows per seed: tuple of ``[S, E * n, ...]``."""
+        return tuple(self.backbone.initial_state(num_envs * self.n_agents))
+
+    def inputs(self, obs: Tensor) -> Tensor:
+        """``obs [S, ..., n, D]`` -> ``[S, ..., n, D + n]`` (agent one-hot appended)."""
+        onehot = self.agent_onehot.to(obs.dtype).expand(*obs.shape[:-1], self.n_agents)
+        return torch.cat([obs, onehot], dim=-1)
+
+    def _step_logits(self, obs: Tensor, state: State, reset: Tensor | None) -> tuple[Tensor, State]:
+        """obs ``[S, E, n, D]``, reset ``[S, E]`` -> (logits ``[S, E, n, A]``, new state)."""
+        S, n = self.num_seeds, self.n_agents
+        obs = _check_seed_tensor(obs, [S, None, n, self.obs_dim], "obs")
+        E = obs.shape[1]
+        x = self.inputs(obs).reshape(S, E * n, -1)
+        r = None
+        if reset is not None:
+            r = _check_seed_tensor(reset, [S, E], "reset").repeat_interleave(n, dim=1)
+        y, state = self.backbone.step(x, state, r)
+        return _apply(self.head, y).reshape(S, E, n, self.n_actions), state
+
+    def step(
+        self, obs: Tensor, mask: Tensor, state: State, reset: Tensor | None
+    ) -> tuple[MaskedCategorical, State]:
+        """One step: obs ``[S, E, n, D]``, mask ``[S, E, n, A]``, reset ``[S, E]`` -> dist over
+        ``[S, E, n]`` and the new state."""
+        logits, state = self._step_logits(obs, state, reset)
+        return MaskedCategorical(logits, mask), state
+
+    @torch.no_grad()
+    def act(
+        self,
+        obs: Tensor,
+        mask: Tensor,
+        state: State,
+        reset: Tensor | None,
+        *,
+        deterministic: bool = False,
+        generators: Sequence[torch.Generator] | None = None,
+        neg_gumbel: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, State]:
+        """Rollout step without autograd, as ``TypeActor.act`` for every seed.
+
+        obs ``[S, E, n, D]``, mask ``[S, E, n, A]`` bool, reset ``[S, E]`` -> (actions
+        ``[S, E, n]`` long, log-probs ``[S, E, n]``, new state). The sampling noise:
+        ``neg_gumbel [S, E, n, A]`` drawn in advance (:func:`seed_neg_gumbel_noise`), or
+        drawn here from ``generators`` (one ``torch.Generator`` per seed); one of them is
+        needed unless ``deterministic``.
+        """
+        logits, state = self._step_logits(obs, state, reset)
+        if mask.shape != logits.shape:
+            raise ValueError(
+                f"mask shape {tuple(mask.shape)} != logits shape {tuple(logits.shape)}"
+            )
+        log_probs = torch.log_softmax(logits.masked_fill_(~mask.bool(), MASK_LOGIT), dim=-1)
+        if deterministic:
+            actions = log_probs.argmax(dim=-1)
+        else:
+            if neg_gumbel is None:
+                neg_gumbel = self._noise(log_probs, generators)
+            actions = gumbel_max(log_probs, None, neg_gumbel)
+        return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1), state
+
+    def _noise(self, log_probs: Tensor, generators: Sequence[torch.Generator] | None) -> Tensor:
+        if generators is None:
+            raise ValueError(
+                "sampling needs per-seed randomness: pass generators=[one torch.Generator per "
+                "seed] or neg_gumbel=[S, E, n, A] noise (seed_neg_gumbel_noise), or "
+                "deterministic=True"
+            )
+        if len(generators) != self.num_seeds:
+            raise ValueError(
+                f"need one generator per seed ({self.num_seeds}), got {len(generators)}"
+            )
+        return seed_neg_gumbel_noise(log_probs.shape[1:], generators, log_probs.device)
+
+    # -- training windows --------------------------------------------------------------------
+
+    def sequence(
+        self,
+        obs: Tensor,
+        mask: Tensor,
+        state: State | None,
+        resets: Tensor | None,
+        *,
+        burn_in: Tensor | None = None,
+        tbptt_chunk: int | None = None,
+    ) -> MaskedCategorical:
+        """Windows. obs ``[S, B, P + L, n, D]``, mask ``[S, B, L, n, A]``, resets
+        ``[S, B, P + L]``, state for ``B * n`` rows per seed before step 0, burn_in ``[S, B]``
+        -> dist over ``[S, B, L, n]`` (``TypeActor.sequence`` for every seed)."""
+        parts = list(self.chunks(obs, state, resets, mask.shape[2], burn_in, tbptt_chunk))
+        logits = parts[0][1] if len(parts) == 1 else torch.cat([lg for _, lg in parts], dim=2)
+        return MaskedCategorical(logits, mask)
+
+    def chunks(
+        self,
+        obs: Tensor,
+        state: State | None,
+        resets: Tensor | None,
+        length: int,
+        burn_in: Tensor | None = None,
+        tbptt_chunk: int | None = None,
+    ) -> Iterator[tuple[slice, Tensor]]:
+        """``TypeActor.chunks`` for every seed: obs ``[S, B, P + length, n, D]``, state for the
+        ``B * n`` rows of each seed (tuple of ``[S, B * n, ...]``, None: zeros), resets
+        ``[S, B, P + length]``, burn_in ``[S, B]`` (None: all ``P``) -> ``(steps, logits
+        [S, B, len(steps), n, A])`` chunk by chunk (truncated BPTT every ``tbptt_chunk``
+        steps, the state detached between chunks)."""
+        S, n = self.num_seeds, self.n_agents
+        obs = _check_seed_tensor(obs, [S, None, None, n, self.obs_dim], "obs")
+        B, total = obs.shape[1:3]
+        prefix = total - length
+        if prefix < 0:
+            raise ValueError(f"obs has {total} steps, fewer than the {length} requested")
+        x = self.inputs(obs).permute(0, 1, 3, 2, 4).reshape(S, B * n, total, -1)
+        r = None
+        if resets is not None:
+            resets = _check_seed_tensor(resets, [S, B, total], "resets")
+            r = resets.repeat_interleave(n, dim=1)
+        if not self.is_recurrent:
+            y, _ = self.backbone(x[:, :, prefix:], None, None)
+            yield slice(0, length), self._logits(y, B)
+            return
+        if state is None:
+            state = self.initial_state(B)
+        state = self._burn_in(x, r, tuple(state), prefix, burn_in)
+        k = length if tbptt_chunk is None else int(tbptt_chunk)
+        if k < 1:
+            raise ValueError(f"tbptt_chunk must be an int >= 1 or None, got {tbptt_chunk!r}")
+        for start in range(0, length, k):
+            stop = min(start + k, length)
+            if start > 0:
+                state = tuple(s.detach() for s in state)
+            cut = slice(prefix + start, prefix + stop)
+            y, state = self.backbone(x[:, :, cut], state, None if r is None else r[:, :, cut])
+            yield slice(start, stop), self._logits(y, B)
+
+    def _logits(self, y: Tensor, B: int) -> Tensor:
+        """Backbone outputs ``[S, B * n, L, H]`` -> logits ``[S, B, L, n, A]``."""
+        S, L = y.shape[0], y.shape[2]
+        logits = _apply(self.head, y).reshape(S, B, self.n_agents, L, self.n_actions)
+        return logits.permute(0, 1, 3, 2, 4)
+
+    def _burn_in(
+        self,
+        x: Tensor,
+        resets: Tensor | None,
+        state: State,
+        prefix: int,
+        burn_in: Tensor | None,
+    ) -> State:
+        """The state at the loss window's start, without autograd (``TypeActor._burn_in`` for
+        every seed). x ``[S, B * n, P + L, D]``, resets ``[S, B * n, P + L]``.
+
+        Unit b of seed k runs its last ``burn_in[k, b]`` prefix steps from its stored state.
+        The unbatched backbone runs each seed's groups of units as the single-seed actor does.
+        A batched backbone runs, for each length v that some seed asks for, the last v prefix
+        steps of *every* unit of every seed and keeps the units whose length is v: the shapes
+        of seed k's calls then do not depend on the other seeds' rows (so the result is
+        independent of S bit for bit; the single-seed actor runs a group's rows only, and a
+        GEMM's bits may depend on its row count: float32 rounding)."""
+        if prefix == 0:
+            return state
+        S, rows = self.num_seeds, x.shape[1]
+        n, B = self.n_agents, x.shape[1] // self.n_agents
+        with torch.no_grad():
+            if burn_in is None:  # every unit: the whole prefix
+                cut = slice(0, prefix)
+                _, out = self.backbone(
+                    x[:, :, cut], state, None if resets is None else resets[:, :, cut]
+                )
+                return tuple(s.detach() for s in out)
+            burn_in = _check_seed_tensor(burn_in, [S, B], "burn_in")
+            lengths = [int(v) for v in torch.unique(burn_in).tolist()]
+            if min(lengths) < 0 or max(lengths) > prefix:
+                raise ValueError(f"burn_in values must be in [0, {prefix}], got {lengths}")
+            if isinstance(self.backbone, SeedLoopBackbone):
+                return self._burn_in_per_seed(x, resets, state, prefix, burn_in)
+            row_length = burn_in.repeat_interleave(n, dim=1)  # [S, B * n]
+            new_state = list(state)
+            for v in lengths:
+                if v == 0:
+                    continue
+                cut = slice(prefix - v, prefix)
+                _, out = self.backbone(
+                    x[:, :, cut], state, None if resets is None else resets[:, :, cut]
+                )
+                keep = row_length == v
+                for i, s in enumerate(out):
+                    where = keep.view(S, rows, *([1] * (s.dim() - 2)))
+                    new_state[i] = torch.where(where, s.to(new_state[i].dtype), new_state[i])
+        return tuple(s.detach() for s in new_state)
+
+    def _burn_in_per_seed(
+        self, x: Tensor, resets: Tensor | None, state: State, prefix: int, burn_in: Tensor
+    ) -> State:
+        """:meth:`_burn_in` on the unbatched backbone: each seed's units grouped by length,
+        one call of seed k's backbone per group (``TypeActor._burn_in``'s calls exactly)."""
+        backbone: SeedLoopBackbone = self.backbone  # type: ignore[assignment]
+        n = self.n_agents
+        per_seed = []
+        for k in range(self.num_seeds):
+            new_state = [s[k] for s in state]
+            for v in [int(v) for v in torch.unique(burn_in[k]).tolist()]:
+                if v == 0:
+                    continue
+                units = torch.nonzero(burn_in[k] == v).flatten()
+                rows = (units[:, None] * n + torch.arange(n, device=units.device)).reshape(-1)
+                cut = slice(prefix - v, prefix)
+                _, out = backbone.forward_seed(
+                    k,
+                    x[k, rows, cut],
+                    tuple(s[k].index_select(0, rows) for s in state),
+                    None if resets is None else resets[k, rows, cut],
+                )
+                for i, s in enumerate(out):
+                    new_state[i] = new_state[i].index_copy(0, rows, s.to(new_state[i].dtype))
+            per_seed.append(tuple(new_state))
+        return tuple(s.detach() for s in _stack_states(per_seed))
+
+    def sequence_from_inputs(self, inputs: Tensor, mask: Tensor) -> MaskedCategorical:
+        """Feed-forward backbones only: prepared :meth:`inputs` ``[S, ..., n, D + n]`` and mask
+        ``[S, ..., n, A]`` -> dist over ``[S, ..., n]``."""
+        if self.is_recurrent:
+            raise ValueError("sequence_from_inputs is for feed-forward backbones; use sequence")
+        S, lead = self.num_seeds, inputs.shape[:-1]
+        y, _ = self.backbone(inputs.reshape(S, 1, -1, inputs.shape[-1]), None, None)
+        logits = _apply(self.head, y).reshape(*lead, self.n_actions)
+        return MaskedCategorical(logits, mask)
+
+
+class SeedMultiAgentPolicy(nn.Module):
+    """S :class:`marl.policies.MultiAgentPolicy` of one layout: one :class:`SeedTypeActor`
+    per agent type."""
+
+    def __init__(self, policies: Sequence[MultiAgentPolicy]) -> None:
+        super().__init__()
+        policies = _same_type(policies, MultiAgentPolicy, "policy")
+        first = policies[0]
+        for i, p in enumerate(policies):
+            if p.layout != first.layout or p.backbone_kind != first.backbone_kind:
+                raise ValueError(f"policy {i} has another layout or backbone than policy 0")
+        self.num_seeds = len(policies)
+        self.layout: AgentLayout = first.layout
+        self.backbone_kind = first.backbone_kind
+        self.actors = nn.ModuleDict(
+            {name: SeedTypeActor([p.actors[name] for p in policies]) for name in first.actors}
+        )
+        self._template: tuple[MultiAgentPolicy] = (copy.deepcopy(first),)
+
+    @property
+    def is_recurrent(self) -> bool:
+        return any(a.is_recurrent for a in self.actors.values())
+
+    def initial_state(self, num_envs: int) -> dict[str, State]:
+        return {name: actor.initial_state(num_envs) for name, actor in self.actors.items()}
+
+    def seed_state_dict(self, seed: int) -> dict[str, Tensor]:
+        """Seed ``seed``'s parameters (views) under the ``MultiAgentPolicy`` names."""
+        return {f"actors.{name}.{key}": value
+                for name, actor in self.actors.items()
+                for key, value in actor.seed_state_dict(seed).items()}  # fmt: skip
+
+    def unstack(self) -> list[MultiAgentPolicy]:
+        """S single-seed ``MultiAgentPolicy`` with copies of each seed's parameters."""
+        device = next(self.parameters()).device
+        policies = []
+        for k in range(self.num_seeds):
+            policy = copy.deepcopy(self._template[0]).to(device)
+            policy.load_state_dict(self.seed_state_dict(k))
+            policies.append(policy)
+        return policies
+
+    @torch.no_grad()
+    def act(
+        self,
+        obs: Mapping[str, Tensor],
+        mask: Mapping[str, Tensor],
+        state: Mapping[str, State],
+        reset: Tensor | None = None,
+        *,
+        deterministic: bool = False,
+        generators: Sequence[torch.Generator] | None = None,
+        neg_gumbel: Mapping[str, Tensor] | None = None,
+    ) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, State]]:
+        """``MultiAgentPolicy.act`` for every seed: per type, obs ``[S, E, n_k, D_k]``, mask,
+        reset ``[S, E]`` -> (actions ``[S, E, n_k]``, log-probs, new state). The noise of
+        each type is drawn in type order from each seed's generator, as a single-seed run
+        with that generator draws it."""
+        if reset is not None and not bool(reset.any()):
+            reset = None
+        actions, logps, new_state = {}, {}, {}
+        for name, actor in self.actors.items():
+            actions[name], logps[name], new_state[name] = actor.act(
+                obs[name],
+                mask[name],
+                state[name],
+                reset,
+                deterministic=deterministic,
+                generators=generators,
+                neg_gumbel=None if neg_gumbel is None else neg_gumbel[name],
+            )
+        return actions, logps, new_state
+
+
+def stack_policies(
+    policies: Sequence[TypeActor] | Sequence[MultiAgentPolicy],
+) -> SeedTypeActor | SeedMultiAgentPolicy:
+    """S single-seed actors (``TypeActor``) or policies (``MultiAgentPolicy``), seed k =
+    ``policies[k]``, as one seed module (parameters copied exactly; the inputs untouched)."""
+    policies = list(policies)
+    if policies and isinstance(policies[0], MultiAgentPolicy):
+        return SeedMultiAgentPolicy(policies)  # type: ignore[arg-type]
+    return SeedTypeActor(policies)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------
+# critic
+# ------------------------------------------------------------------------------------------
+
+
+class SeedCentralCritic(nn.Module):
+    """S :class:`marl.policies.CentralCritic`, stacked: ``forward(state [S, ..., state_dim])
+    -> (team [S, ..., K], individual [S, ..., N, K])``."""
+
+    def __init__(self, critics: Sequence[CentralCritic]) -> None:
+        super().__init__()
+        critics = _same_type(critics, CentralCritic, "critic")
+        first = critics[0]
+        for i, c in enumerate(critics):
+            if (c.n_agents, c.ensemble) != (first.n_agents, first.ensemble):
+                raise ValueError(f"critic {i} has another (n_agents, ensemble) than critic 0")
+        self.num_seeds = len(critics)
+        self.n_agents, self.ensemble = first.n_agents, first.ensemble
+        self.trunk = SeedMLP.from_modules([c.trunk for c in critics])
+        self.team_head = SeedLinear.from_modules([c.team_head for c in critics])
+        self.individual_head = SeedLinear.from_modules([c.individual_head for c in critics])
+        self._template: tuple[CentralCritic] = (copy.deepcopy(first),)
+
+    def single_seed_names(self) -> dict[str, str]:
+        """Stacked parameter name -> the single-seed ``CentralCritic``'s parameter name."""
+        names = {f"trunk.layers.{name[len('layers.') :]}": f"trunk.{name[len('layers.') :]}"
+                 for name, _ in self.trunk.named_parameters()}  # fmt: skip
+        for head in ("team_head", "individual_head"):
+            names.update({f"{head}.{p}": f"{head}.{p}" for p in ("weight", "bias")})
+        return names
+
+    def seed_state_dict(self, seed: int) -> dict[str, Tensor]:
+        """Seed ``seed``'s parameters (views) under the ``CentralCritic`` names."""
+        params = dict(self.named_parameters())
+        return {single: params[name][seed] for name, single in self.single_seed_names().items()}
+
+    def unstack(self) -> list[CentralCritic]:
+        """S single-seed ``CentralCritic`` with copies of each seed's parameters."""
+        device = self.team_head.weight.device
+        critics = []
+        for k in range(self.num_seeds):
+            critic = copy.deepcopy(self._template[0]).to(device)
+            critic.load_state_dict(self.seed_state_dict(k))
+            critics.append(critic)
+        return critics
+
+    def forward(self, state: Tensor) -> tuple[Tensor, Tensor]:
+        """state ``[S, ..., state_dim]`` -> (team ``[S, ..., K]``, individual ``[S, ..., N,
+        K]``)."""
+        h = _apply(self.trunk, state)
+        team = _apply(self.team_head, h)
+        individual = _apply(self.individual_head, h).reshape(
+            *state.shape[:-1], self.n_agents, self.ensemble
+        )
+        return team, individual
+
+
+def stack_critics(critics: Sequence[CentralCritic]) -> SeedCentralCritic:
+    """S single-seed critics, seed k = ``critics[k]``, as one :class:`SeedCentralCritic`."""
+    return SeedCentralCritic(critics)
+
+
+# ------------------------------------------------------------------------------------------
+# initialisation
+# ------------------------------------------------------------------------------------------
+
+
+def build_seed_policies(
+    cfg: Any,
+    seeds: Sequence[int],
+    layout: AgentLayout,
+    *,
+    critic: bool,
+    device: torch.device | str = "cpu",
+) -> tuple[SeedMultiAgentPolicy, SeedCentralCritic | None]:
+    """Seed k's policy (and critic) exactly as a single-seed run with ``--seed seeds[k]``
+    builds them, stacked.
+
+    The trainer (``marl.run.train.train``) seeds torch's global generator with the run's seed
+    and then constructs the algorithm, whose constructor (``MAPPO.__init__``,
+    ``GRPO.__init__``) builds the vector env, then ``MultiAgentPolicy(layout, backbone,
+    hidden_dim, activation)`` and (MAPPO) ``CentralCritic(state_dim, N, critic_hidden_dim,
+    value_ensemble, activation)`` on the CPU, then moves them to the device. This does the
+    same for each seed inside ``torch.random.fork_rng``, so the global generator is left as
+    it was. (The env is built once by the caller, ``layout``: building one draws nothing
+    from torch's generator for the project's envs; tests/test_seed_policies.py pins the
+    equality against ``MAPPO(cfg)`` and ``GRPO(cfg)`` built after seeding.)
+
+    Args:
+        cfg: the run's config (``MAPPOConfig`` / ``GRPOConfig``): reads ``backbone``,
+            ``hidden_dim``, ``activation``, and with ``critic`` ``critic_hidden_dim`` and
+            ``value_ensemble``.
+        seeds: the S run seeds, seed k's modules at stack index k.
+        layout: the env's agent layout (``AgentLayout.from_env``).
+        critic: build MAPPO's centralised critic too (False for GRPO: None is returned).
+        device: where the stacked modules go.
+    """
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct, got {seeds}")
+    policies, critics = [], []
+    for seed in seeds:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            policies.append(MultiAgentPolicy(layout, cfg.backbone, cfg.hidden_dim, cfg.activation))
+            if critic:
+                critics.append(
+                    CentralCritic(
+                        layout.state_dim,
+                        layout.n_agents,
+                        cfg.critic_hidden_dim,
+                        cfg.value_ensemble,
+                        cfg.activation,
+                    )
+                )
+    seed_policy = SeedMultiAgentPolicy(policies).to(device)
+    seed_critic = SeedCentralCritic(critics).to(device) if critic else None
+    return seed_policy, seed_critic
