@@ -83,7 +83,7 @@ def _inputs(S: int) -> tuple[dict, dict, dict]:
 
 
 def act_calls(backbone: str, S: int) -> dict[str, Callable[[], None]]:
-    stacked, _ = build_seed_policies(_config(backbone), range(S), LAYOUT, critic=False)
+    stacked = build_seed_policies(_config(backbone), range(S), LAYOUT, critic=False).policy
     policies = stacked.unstack()
     obs, mask, noise = _inputs(S)
     per_seed = [
@@ -107,7 +107,7 @@ def act_calls(backbone: str, S: int) -> dict[str, Callable[[], None]]:
 
 
 def critic_calls(S: int) -> dict[str, Callable[[], None]]:
-    _, stacked = build_seed_policies(_config("mlp"), range(S), LAYOUT, critic=True)
+    stacked = build_seed_policies(_config("mlp"), range(S), LAYOUT, critic=True).critic
     assert stacked is not None
     critics = stacked.unstack()
     state = torch.randn(S, NUM_ENVS, LAYOUT.state_dim)

@@ -13,7 +13,8 @@ modules back.
 :func:`stack_policies`          S TypeActor or MultiAgentPolicy -> the seed module
 :func:`stack_critics`           S CentralCritic -> :class:`SeedCentralCritic`
 :func:`stack_backbones`         S backbones of ``seqmodels.backbones`` -> a seed backbone
-:func:`build_seed_policies`     the trainer's initialisation for each seed, stacked
+:func:`build_seed_policies`     the trainer's initialisation for each seed, stacked, and a
+                                generator per seed continuing that run's global generator
 :func:`seed_neg_gumbel_noise`   sampling noise ``[S, ...]``, seed k's from seed k's generator
 =============================== =========================================================
 
@@ -67,7 +68,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -93,6 +94,7 @@ __all__ = [
     "SeedLoopBackbone",
     "SeedMLPBackbone",
     "SeedMultiAgentPolicy",
+    "SeedPolicies",
     "SeedTypeActor",
     "build_seed_policies",
     "seed_neg_gumbel_noise",
@@ -944,6 +946,19 @@ def stack_critics(critics: Sequence[CentralCritic]) -> SeedCentralCritic:
 # ------------------------------------------------------------------------------------------
 
 
+class SeedPolicies(NamedTuple):
+    """What :func:`build_seed_policies` builds."""
+
+    #: seed k's ``MultiAgentPolicy`` at stack index k
+    policy: SeedMultiAgentPolicy
+    #: seed k's ``CentralCritic`` at stack index k (None without a critic: GRPO)
+    critic: SeedCentralCritic | None
+    #: one CPU generator per seed, in the state torch's global generator has in a
+    #: single-seed run right after its modules were built: the stand-in for the global
+    #: generator wherever that run draws from it next (rollout noise, minibatch permutations)
+    generators: list[torch.Generator]
+
+
 def build_seed_policies(
     cfg: Any,
     seeds: Sequence[int],
@@ -951,9 +966,10 @@ def build_seed_policies(
     *,
     critic: bool,
     device: torch.device | str = "cpu",
-) -> tuple[SeedMultiAgentPolicy, SeedCentralCritic | None]:
+) -> SeedPolicies:
     """Seed k's policy (and critic) exactly as a single-seed run with ``--seed seeds[k]``
-    builds them, stacked.
+    builds them, stacked, with a generator per seed that continues where that run's global
+    generator stands after building them.
 
     The trainer (``marl.run.train.train``) seeds torch's global generator with the run's seed
     and then constructs the algorithm, whose constructor (``MAPPO.__init__``,
@@ -963,7 +979,8 @@ def build_seed_policies(
     same for each seed inside ``torch.random.fork_rng``, so the global generator is left as
     it was. (The env is built once by the caller, ``layout``: building one draws nothing
     from torch's generator for the project's envs; tests/test_seed_policies.py pins the
-    equality against ``MAPPO(cfg)`` and ``GRPO(cfg)`` built after seeding.)
+    modules and the generator states against ``MAPPO(cfg)`` and ``GRPO(cfg)`` built after
+    seeding.)
 
     Args:
         cfg: the run's config (``MAPPOConfig`` / ``GRPOConfig``): reads ``backbone``,
@@ -971,15 +988,16 @@ def build_seed_policies(
             ``value_ensemble``.
         seeds: the S run seeds, seed k's modules at stack index k.
         layout: the env's agent layout (``AgentLayout.from_env``).
-        critic: build MAPPO's centralised critic too (False for GRPO: None is returned).
-        device: where the stacked modules go.
+        critic: build MAPPO's centralised critic too (False for GRPO: ``critic`` is None).
+        device: where the stacked modules go (the generators stay on the CPU, as the
+            global generator a single-seed run draws from).
     """
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds must name at least one seed")
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct, got {seeds}")
-    policies, critics = [], []
+    policies, critics, generators = [], [], []
     for seed in seeds:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -994,6 +1012,9 @@ def build_seed_policies(
                         cfg.activation,
                     )
                 )
+            generator = torch.Generator()
+            generator.set_state(torch.get_rng_state())
+            generators.append(generator)
     seed_policy = SeedMultiAgentPolicy(policies).to(device)
     seed_critic = SeedCentralCritic(critics).to(device) if critic else None
-    return seed_policy, seed_critic
+    return SeedPolicies(seed_policy, seed_critic, generators)

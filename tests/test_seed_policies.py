@@ -478,7 +478,7 @@ def test_build_seed_policies_mirrors_the_trainer(kind: str) -> None:
     cfg = _cfg(backbone=kind, seq_len=4)
     rng_before = torch.get_rng_state()
     lay = AgentLayout.from_env(vector_env(2))
-    policy, critic = build_seed_policies(cfg, seeds, lay, critic=True)
+    policy, critic, generators = build_seed_policies(cfg, seeds, lay, critic=True)
     assert torch.equal(torch.get_rng_state(), rng_before)  # the global generator untouched
     assert isinstance(policy, SeedMultiAgentPolicy) and isinstance(critic, SeedCentralCritic)
     for k, seed in enumerate(seeds):
@@ -488,14 +488,17 @@ def test_build_seed_policies_mirrors_the_trainer(kind: str) -> None:
             assert torch.equal(policy.seed_state_dict(k)[name], value), name
         for name, value in algo.critic.state_dict().items():
             assert torch.equal(critic.seed_state_dict(k)[name], value), name
+        # seed k's generator is where the run's global generator stands after construction
+        assert torch.equal(generators[k].get_state(), torch.get_rng_state())
     grpo_cfg = TrainConfig(algo="grpo", env_fn=FAKE, num_envs=4, group_size=2, hidden_dim=16,
                            backbone=kind, env={"max_cycles": 5, "goal": 2})  # fmt: skip
-    grpo_policy, none = build_seed_policies(grpo_cfg, seeds, lay, critic=False)
+    grpo_policy, none, grpo_generators = build_seed_policies(grpo_cfg, seeds, lay, critic=False)
     assert none is None
     for k, seed in enumerate(seeds):
         torch.manual_seed(seed)
         algo = GRPO(copy.deepcopy(grpo_cfg), None)
         for name, value in algo.policy.state_dict().items():
             assert torch.equal(grpo_policy.seed_state_dict(k)[name], value), name
+        assert torch.equal(grpo_generators[k].get_state(), torch.get_rng_state())
     with pytest.raises(ValueError, match="distinct"):
         build_seed_policies(cfg, [1, 1], lay, critic=False)
