@@ -204,8 +204,8 @@ def test_sequence_backbone_defaults_resolve_in_one_place_and_mlp_keeps_its_own()
     "flags, message",
     [
         (["--tbptt-chunk", "4"], r"--tbptt-chunk.*none for the mlp backbone"),
-        (["--backbone", "gru", "--tbptt-chunk", "17"], r"--tbptt-chunk.*\[1, seq_len = 16\]"),
-        (["--backbone", "gru", "--tbptt-chunk", "0"], r"--tbptt-chunk.*\[1, seq_len = 16\]"),
+        (["--backbone", "gru", "--tbptt-chunk", "65"], r"--tbptt-chunk.*\[1, seq_len = 64\]"),
+        (["--backbone", "gru", "--tbptt-chunk", "0"], r"--tbptt-chunk.*\[1, seq_len = 64\]"),
         (["--backbone", "mamba", "--seq-len", "48"], r"--seq-len.*divisor of rollout_steps=128"),
         (["--backbone", "gru", "--burn-in", "-1"], r"--burn-in.*>= 0"),
     ],
@@ -249,7 +249,7 @@ def test_position_and_chunk_keys_count_within_the_loss_window_hand_example():
 
 @pytest.mark.parametrize(
     ("backbone", "channel"),
-    [("mlp", "individual"), ("gru", "individual"), ("mamba", "none"), ("mamba2", "none")],
+    [("mlp", "individual"), ("gru", "none"), ("mamba", "none"), ("mamba2", "none")],
 )
 def test_penalty_channel_default_follows_the_backbone(backbone: str, channel: str) -> None:
     from marl.run.config import parse_cli

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import importlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -24,9 +25,12 @@ from marl.policies import AgentLayout, MultiAgentPolicy
 from seqmodels.backbones import TRAINER_DEFAULTS, backbone_spec
 
 __all__ = [
+    "ALGORITHMS",
     "ConfigError",
     "BaseConfig",
     "Algorithm",
+    "register_algorithm",
+    "resolve_algorithm",
     "config_field",
     "whitener_from_config",
     "penalty_schedule",
@@ -103,9 +107,10 @@ class BaseConfig:
         own = set(cls.field_names())
         for name in kwargs:
             if name not in own:
-                owners = [c.algo_name for c in _config_classes() if name in c.field_names()]
+                configs = {n: a.config_class for n, a in ALGORITHMS.items()}
+                owners = [n for n, c in configs.items() if name in c.field_names()]
                 if not owners:
-                    known = sorted({n for c in _config_classes() for n in c.field_names()})
+                    known = sorted({f for c in configs.values() for f in c.field_names()})
                     raise ConfigError(
                         f"unknown config key {name!r}; known keys: {', '.join(known)}"
                     )
@@ -118,12 +123,9 @@ class BaseConfig:
 
     @staticmethod
     def for_algo(algo: str) -> type[BaseConfig]:
-        """The config class of algorithm ``algo`` (a subclass with that ``algo_name``)."""
-        matches = [cls for cls in _config_classes() if cls.algo_name == algo]
-        if matches:
-            return matches[-1]  # the latest definition (a module loaded again redefines it)
-        names = ", ".join(c.algo_name for c in _config_classes())
-        raise ConfigError(f"--algo: invalid value {algo!r}; allowed: {names}")
+        """The config class of algorithm ``algo``: ``resolve_algorithm(algo).config_class``
+        (the one way a config class is picked, from the algorithm registry)."""
+        return resolve_algorithm(algo).config_class
 
     # ---- run -------------------------------------------------------------------------------
     algo: str = _f("mappo", "Algorithm.")
@@ -442,17 +444,6 @@ class BaseConfig:
                 )
 
 
-def _config_classes() -> list[type[BaseConfig]]:
-    """Every algorithm config class (the subclasses of BaseConfig with an ``algo_name``)."""
-    out, todo = [], list(BaseConfig.__subclasses__())
-    while todo:
-        cls = todo.pop(0)
-        todo.extend(cls.__subclasses__())
-        if cls.algo_name:
-            out.append(cls)
-    return out
-
-
 def whitener_from_config(
     cfg: BaseConfig, *, num_groups: int, distributed: bool, scheme: str | None = None
 ) -> AdvantageWhitener:
@@ -511,3 +502,59 @@ class Algorithm(abc.ABC):
     #: per agent type, (raw, final) advantages of the last update as flat numpy arrays (for
     #: the histogram plot); empty before the first update
     last_advantages: dict[str, tuple[Any, Any]]
+
+
+# ------------------------------------------------------------------------------------------
+# the algorithm registry
+# ------------------------------------------------------------------------------------------
+
+#: ``--algo`` name -> algorithm class (MAPPO and GRPO are registered by :mod:`marl.algos`).
+ALGORITHMS: dict[str, type[Algorithm]] = {}
+
+
+def register_algorithm(cls: Any, name: str | None = None) -> type[Algorithm]:
+    """Make ``cls`` (an :class:`Algorithm` with a ``config_class``) available as ``--algo NAME``
+    to ``python -m marl.train``, ``marl.evaluate``, ``marl.load_policy`` and ``marl.compare``.
+
+    ``NAME`` is ``name``, else ``cls.name``. Returns ``cls``, so it also works as a class
+    decorator. (``register_algorithm("name", cls)`` is accepted too.) A later registration
+    under the same name replaces the earlier one.
+    """
+    if isinstance(cls, str):  # register_algorithm("name", cls)
+        cls, name = name, cls
+    if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+        raise TypeError(f"register_algorithm: expected an Algorithm subclass, got {cls!r}")
+    name = name or getattr(cls, "name", "")
+    if not name:
+        raise TypeError(
+            f"register_algorithm({cls.__name__}): give a name, or set the class attribute "
+            "`name` (the --algo value)"
+        )
+    ALGORITHMS[name] = cls
+    return cls
+
+
+def resolve_algorithm(spec: str) -> type[Algorithm]:
+    """The algorithm ``--algo spec`` names: a registered name (:data:`ALGORITHMS`), or
+    ``package.module:Class`` for one defined outside the package (the module is imported and
+    the class registered under ``spec``, so that config.yaml's ``algo: package.module:Class``
+    finds it again in a new process). Raises ConfigError with the allowed values."""
+    if spec in ALGORITHMS:
+        return ALGORITHMS[spec]
+    module_name, sep, attr = spec.partition(":")
+    if not sep:
+        raise ConfigError(
+            f"--algo: invalid value {spec!r}; allowed: {', '.join(ALGORITHMS)}, or "
+            "package.module:Class for an algorithm defined in your own module"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"--algo {spec!r}: cannot import {module_name!r} ({exc})") from None
+    cls = getattr(module, attr, None)
+    if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+        raise ConfigError(
+            f"--algo {spec!r}: {module_name} has no Algorithm subclass named {attr!r}"
+        )
+    ALGORITHMS[spec] = cls
+    return cls

@@ -3,7 +3,10 @@
 torch releases the GIL inside its operations, so two jobs that share no tensors (the agent
 types' actors, or the actor and the critic) compute on two cores. The results are the same
 as running the jobs one after another in the given order, provided the jobs draw no random
-numbers (callers draw minibatch orders before starting them).
+numbers (callers draw minibatch orders before starting them). Each worker runs its job with
+the caller's number of torch intra-op threads: OpenMP keeps that number per thread, so a
+worker started while the process had another setting would otherwise split its GEMMs
+differently from the caller, and the results would differ in the last bits.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import torch
 
 __all__ = ["side_by_side"]
 
@@ -26,6 +31,13 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL
 
 
+def _with_threads(job: Callable[[], Any], threads: int) -> Any:
+    """Run ``job`` in this worker with ``threads`` torch intra-op threads (the caller's)."""
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    return job()
+
+
 def side_by_side(jobs: list[Callable[[], Any]], *, parallel: bool) -> list[Any]:
     """Run ``jobs`` (callables without arguments) and return their results in order.
 
@@ -35,7 +47,8 @@ def side_by_side(jobs: list[Callable[[], Any]], *, parallel: bool) -> list[Any]:
     """
     if not parallel or len(jobs) < 2:
         return [job() for job in jobs]
-    futures = [_pool().submit(job) for job in jobs[1:]]
+    threads = torch.get_num_threads()
+    futures = [_pool().submit(_with_threads, job, threads) for job in jobs[1:]]
     try:
         first = jobs[0]()
     finally:
