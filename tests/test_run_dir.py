@@ -14,7 +14,7 @@ import shutil
 import pytest
 import yaml
 
-from marl.run.config import ConfigError, parse_cli
+from marl.run.config import ConfigError, parse_cli, parse_train_args
 from marl.run.runlog import TIMING_KEYS, read_metrics, read_tensorboard_events
 from marl.run.train import main as train_main
 
@@ -152,13 +152,13 @@ def test_config_file_equal_to_the_run_is_accepted(run, tmp_path):
 
 
 def test_execution_settings_may_change_on_resume(run):
-    parsed = parse_cli(
+    parsed, options = parse_train_args(
         ["--resume", str(run), "--torch-threads", "2", "--parallel-update", "false"]
         + ["--env.adapter_workers", "2", "--keep-checkpoints", "5"]
     )
     assert parsed.torch_threads == 2 and parsed.parallel_update is False
     assert parsed.env == {"max_cycles": 6, "goal": 2, "adapter_workers": 2}
-    assert parsed._keep_checkpoints == 5
+    assert options.keep_checkpoints == 5
 
 
 def test_budget_cadence_outputs_and_device_may_change_on_resume(run):

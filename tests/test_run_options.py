@@ -180,10 +180,10 @@ def test_parse_train_args_returns_the_options_beside_the_config(tmp_path):
     assert options.wandb is not None and options.wandb.project == "p"
 
 
-def test_parse_cli_keeps_its_older_attributes():
+def test_parse_cli_leaves_no_private_attributes_on_the_config():
     cfg = parse_cli(["--overwrite", "--keep-checkpoints", "5", "--lr", "0.01"])
-    assert cfg._overwrite is True and cfg._keep_checkpoints == 5 and cfg._resume is None
-    assert cfg._explicit == {"lr"}
+    assert cfg.lr == 0.01
+    assert not [k for k in vars(cfg) if k.startswith("_")]
 
 
 # ---------------------------------------------------------------- StopSignals

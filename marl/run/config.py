@@ -501,19 +501,9 @@ def parse_cli(argv: list[str] | None = None) -> BaseConfig:
     invalid value (and the allowed values). ``--resume RUN_DIR`` loads RUN_DIR/config.yaml as
     the base (CLI flags still override) and sets ``run_dir`` to RUN_DIR. The options of the
     invocation (``--resume``, ``--overwrite``, ``--keep-checkpoints``, the explicitly set
-    fields) are what :func:`parse_train_args` returns beside the config; for callers of this
-    function from before it, they are also left on the config as the attributes ``_resume``,
-    ``_overwrite``, ``_keep_checkpoints`` and ``_explicit`` (read nowhere in this package).
+    fields) are what :func:`parse_train_args` returns beside the config.
     """
-    cfg, options = _parse_config_args(list(sys.argv[1:] if argv is None else argv))
-    legacy = {
-        "_resume": options.resume,
-        "_explicit": set(options.explicit),
-        "_overwrite": options.overwrite,
-        "_keep_checkpoints": options.keep_checkpoints,
-    }
-    for name, value in legacy.items():
-        setattr(cfg, name, value)
+    cfg, _options = _parse_config_args(list(sys.argv[1:] if argv is None else argv))
     return cfg
 
 
