@@ -1,0 +1,463 @@
+"""Rollout collection for S seeds at once (issue 37): S vector envs, one stacked policy.
+
+:class:`SeedRolloutCollector` is :class:`marl.collect.RolloutCollector` with a leading seed
+axis. Seed k has its own vector env, built and reset as a single-seed MAPPO run with
+``--seed seeds[k]`` builds and resets its env, its own episode tracker, and its own sampling
+noise drawn from its own generator (:func:`marl.seed_policies.build_seed_policies` gives
+generators positioned where that run's global generator stands). The envs step one after
+another (they are numpy code); the policy's forward, the critic's values and the buffers
+are stacked over seeds.
+
+Buffer shapes (S seeds, T steps, E envs per seed, n_k agents of type k, N agents, D_s state
+size, K value heads); seed k's slice is exactly what the single-seed collector stores:
+
+- ``obs[k]: [S, T, E, n_k, D_k]``, ``mask[k]: [S, T, E, n_k, A_k]`` bool, ``actions[k]``,
+  ``logp[k]: [S, T, E, n_k]``
+- ``reward_team: [S, T, E]``, ``reward_individual``, ``reward_penalty: [S, T, E, N]``
+- ``terminated``, ``truncated``, ``episode_start: [S, T, E]`` bool
+- ``state: [S, T, E, D_s]``; ``values_team``, ``next_values_team: [S, T, E, K]``;
+  ``values_individual``, ``next_values_individual: [S, T, E, N, K]``
+- ``window_states[k]``: the actor state before step ``t`` for each ``t`` in
+  ``window_state_steps``, each a tuple of ``[S, E * n_k, ...]`` tensors
+- ``episodes``: one list of episode records per seed
+
+Equality (tests/test_seed_collect.py, one torch thread, CPU):
+
+- seed k in a stack of S and seed k in a stack of one (``--seeds 0-2`` vs ``--seeds k``): bit
+  for bit, every buffer, values included, for a critic with two or more value heads. The
+  shapes of every call on seed k's rows depend on seed k alone (the values of truncated
+  episodes' final states are computed in one call per distinct count ``F_k``, so seed k's
+  rows always form an ``[F_k, D_s]`` block), and the critic's inputs are built with each
+  seed's block on a 64-byte boundary (:data:`SEED_ALIGN`: MKL's GEMMs with few rows give
+  bits that depend on the input's address modulo 16 bytes; measured for ``addmm`` and
+  ``bmm`` with 3 rows). With one value head (``value_ensemble=1``, the default) the team
+  values of a stack of one differ in the last bit: ``torch.baddbmm`` with one output column
+  takes another kernel for a batch of one than for several (``SeedLinear``; an xfail test
+  pins it).
+- against MAPPO's single-seed collector (``MAPPO(cfg)`` after ``torch.manual_seed(k)``, two
+  consecutive rollouts): environment data (observations, masks, rewards, flags, episode
+  starts, states, episode records) and the sampled actions bit-equal; with a value function
+  that runs each seed's own ``CentralCritic`` the values are bit-equal too, so the collector
+  itself adds no difference. The stacked modules agree with the single-seed ones to float32
+  rounding (``baddbmm`` for ``addmm``): the stacked critic's values always to rounding, the
+  actor's log-probs and states bit-equal at some shapes (4 envs in the test) and to rounding
+  at others (3 envs).
+"""
+
+from __future__ import annotations
+
+import pickle
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from marl.collect import (
+    EpisodeTracker,
+    ObsBatcher,
+    RolloutBatch,
+    agent_activity,
+    live_mean_reward,
+    reward_channels,
+)
+from marl.envapi import VectorEnv
+from marl.policies import AgentLayout
+from marl.seed_policies import SeedMultiAgentPolicy, seed_neg_gumbel_noise
+
+__all__ = ["SEED_ALIGN", "SeedRolloutBatch", "SeedRolloutCollector", "SeedValueFn"]
+
+#: the seed stride, in float32 elements, of the blocks the collector hands to the critic
+SEED_ALIGN = 16
+
+#: ``state [S, M, D_s] -> (team [S, M, K], individual [S, M, N, K])`` (MAPPO's stacked critic)
+SeedValueFn = Callable[[Tensor], tuple[Tensor, Tensor]]
+
+
+@dataclass
+class SeedRolloutBatch:
+    """One rollout of S seeds (see the module docstring for shapes); :meth:`seed` gives seed
+    k's as the single-seed :class:`marl.collect.RolloutBatch`."""
+
+    obs: dict[str, Tensor]
+    mask: dict[str, Tensor]
+    actions: dict[str, Tensor]
+    logp: dict[str, Tensor]
+    reward_team: Tensor
+    reward_individual: Tensor
+    reward_penalty: Tensor
+    terminated: Tensor
+    truncated: Tensor
+    episode_start: Tensor
+    state: Tensor | None = None
+    values_team: Tensor | None = None
+    values_individual: Tensor | None = None
+    next_values_team: Tensor | None = None
+    next_values_individual: Tensor | None = None
+    window_state_steps: tuple[int, ...] = ()
+    window_states: dict[str, list[tuple[Tensor, ...]]] = field(default_factory=dict)
+    #: one list of episode records per seed
+    episodes: list[list[dict[str, float]]] = field(default_factory=list)
+    #: [S, T, E, N] bool: the agent acted at the step (None: every agent of every seed always
+    #: acted in this rollout)
+    active: Tensor | None = None
+
+    @property
+    def num_seeds(self) -> int:
+        return int(self.terminated.shape[0])
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.terminated.shape[1])
+
+    @property
+    def num_envs(self) -> int:
+        return int(self.terminated.shape[2])
+
+    def seed(self, k: int) -> RolloutBatch:
+        """Seed index ``k``'s rollout as a single-seed :class:`RolloutBatch` (views, no copy);
+        ``active`` is None where every agent of seed k acted, as the single-seed collector
+        leaves it."""
+
+        def pick(x: Tensor | None) -> Tensor | None:
+            return None if x is None else x[k]
+
+        active = pick(self.active)
+        return RolloutBatch(
+            obs={name: x[k] for name, x in self.obs.items()},
+            mask={name: x[k] for name, x in self.mask.items()},
+            actions={name: x[k] for name, x in self.actions.items()},
+            logp={name: x[k] for name, x in self.logp.items()},
+            reward_team=self.reward_team[k],
+            reward_individual=self.reward_individual[k],
+            reward_penalty=self.reward_penalty[k],
+            terminated=self.terminated[k],
+            truncated=self.truncated[k],
+            episode_start=self.episode_start[k],
+            state=pick(self.state),
+            values_team=pick(self.values_team),
+            values_individual=pick(self.values_individual),
+            next_values_team=pick(self.next_values_team),
+            next_values_individual=pick(self.next_values_individual),
+            window_state_steps=self.window_state_steps,
+            window_states={
+                name: [tuple(s[k] for s in state) for state in states]
+                for name, states in self.window_states.items()
+            },
+            episodes=self.episodes[k],
+            active=None if active is None or bool(active.all()) else active,
+        )
+
+
+class SeedRolloutCollector:
+    """Steps S vector envs (``vecs[k]``: seed k's) with a :class:`SeedMultiAgentPolicy`,
+    keeping observations, episode starts and actor state across calls.
+
+    Args:
+        vecs: one vector env per seed, each with the same agents and ``num_envs``, built as
+            the single-seed run builds its env (``make_vector_env(cfg.env_fn, cfg.num_envs,
+            cfg.env)``).
+        layout: the agent layout shared by the envs.
+        policy: the stacked policy, ``policy.num_seeds == len(vecs)``.
+        seeds: the reset seed of each env (a single-seed run resets with its run seed).
+        generators: one CPU ``torch.Generator`` per seed, the sampling noise's source (a
+            single-seed run draws it from torch's global generator; use the generators of
+            :func:`marl.seed_policies.build_seed_policies`).
+        device: where the tensors live.
+    """
+
+    def __init__(
+        self,
+        vecs: Sequence[VectorEnv],
+        layout: AgentLayout,
+        policy: SeedMultiAgentPolicy,
+        *,
+        seeds: Sequence[int | None],
+        generators: Sequence[torch.Generator],
+        device: torch.device | str = "cpu",
+    ) -> None:
+        vecs, seeds, generators = list(vecs), list(seeds), list(generators)
+        S = len(vecs)
+        if S == 0:
+            raise ValueError("vecs must hold one vector env per seed, got none")
+        if policy.num_seeds != S or len(seeds) != S or len(generators) != S:
+            raise ValueError(
+                f"need one env, one reset seed and one generator per policy seed "
+                f"({policy.num_seeds}); got {S} envs, {len(seeds)} seeds, "
+                f"{len(generators)} generators"
+            )
+        num_envs = {int(v.num_envs) for v in vecs}
+        if len(num_envs) != 1:
+            raise ValueError(f"every seed's env must have the same num_envs, got {num_envs}")
+        self.vecs, self.layout, self.policy = vecs, layout, policy
+        self.seeds, self.generators = seeds, generators
+        self.device = torch.device(device)
+        self.num_seeds, self.num_envs = S, num_envs.pop()
+        self.batcher = ObsBatcher(layout, self.device)
+        self.obs = [vec.reset(seed=seed)[0] for vec, seed in zip(vecs, seeds, strict=True)]
+        self.episode_start = torch.ones(S, self.num_envs, dtype=torch.bool, device=self.device)
+        self.policy_state = policy.initial_state(self.num_envs)
+        self.trackers = [EpisodeTracker(self.num_envs, layout.n_agents) for _ in range(S)]
+        self._buffers: dict[str, Tensor] = {}
+        self._buffers_batch: weakref.ref[SeedRolloutBatch] | None = None
+
+    def _buffer(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, reuse: bool) -> Tensor:
+        """An uninitialised ``shape`` tensor: the previous rollout's when ``reuse`` allows."""
+        old = self._buffers.get(name) if reuse else None
+        if old is not None and tuple(old.shape) == shape and old.dtype == dtype:
+            return old
+        buf = torch.empty(shape, dtype=dtype, device=self.device)
+        if reuse:
+            self._buffers[name] = buf
+        return buf
+
+    def _seed_blocks(
+        self, name: str, num_seeds: int, shape: tuple[int, ...], reuse: bool
+    ) -> Tensor:
+        """An uninitialised float32 ``[S, *shape]`` tensor whose seed blocks each start on a
+        64-byte boundary (seed stride rounded up to :data:`SEED_ALIGN` floats).
+
+        MKL's GEMMs with few rows give bits that depend on their input's address modulo 16
+        bytes (measured with ``addmm`` and ``bmm`` on 3 rows), so seed k's block sits on the
+        alignment of a freshly allocated single-seed tensor, whatever k and S."""
+        size = int(np.prod(shape))
+        stride = -(-size // SEED_ALIGN) * SEED_ALIGN
+        flat = self._buffer(name, (num_seeds, stride), torch.float32, reuse)
+        return flat[:, :size].view(num_seeds, *shape)
+
+    def _states(self) -> Tensor:
+        """``[S, E, D_s]``: every seed's ``vec.state()``."""
+        return torch.from_numpy(
+            np.stack([np.asarray(vec.state(), np.float32) for vec in self.vecs])
+        ).to(self.device)
+
+    def _noise(self, T: int) -> dict[str, Tensor]:
+        """Per type ``[S, T, E, n_k, A_k]``: the rollout's sampling noise, drawn per type in
+        type order from each seed's generator (the single-seed collector's draws)."""
+        E, gens = self.num_envs, self.generators
+        return {
+            t.name: seed_neg_gumbel_noise((T, E, t.n_agents, t.n_actions), gens).to(self.device)
+            for t in self.layout.types
+        }
+
+    @torch.no_grad()
+    def collect(
+        self,
+        num_steps: int,
+        *,
+        value_fn: SeedValueFn | None = None,
+        window_state_steps: Sequence[int] = (),
+        store_state: bool = False,
+        before_values: Callable[[], Any] | None = None,
+        reuse_buffers: bool = False,
+    ) -> SeedRolloutBatch:
+        """Collect ``num_steps`` steps from every env of every seed (autoreset envs, episodes
+        continue across calls); the arguments are :meth:`RolloutCollector.collect`'s, with
+        ``value_fn`` taking and returning a leading seed axis (:data:`SeedValueFn`)."""
+        S, T, E, N = self.num_seeds, num_steps, self.num_envs, self.layout.n_agents
+        dev, agents, types = self.device, self.layout.agents, self.layout.types
+        reuse = reuse_buffers and (self._buffers_batch is None or self._buffers_batch() is None)
+        f32, i64, b = torch.float32, torch.long, torch.bool
+        obs_buf, mask_buf, act_buf, logp_buf = {}, {}, {}, {}
+        for t in types:
+            n, name = t.n_agents, t.name
+            obs_buf[name] = self._buffer(f"obs/{name}", (S, T, E, n, t.obs_dim), f32, reuse)
+            mask_buf[name] = self._buffer(f"mask/{name}", (S, T, E, n, t.n_actions), b, reuse)
+            act_buf[name] = self._buffer(f"act/{name}", (S, T, E, n), i64, reuse)
+            logp_buf[name] = self._buffer(f"logp/{name}", (S, T, E, n), f32, reuse)
+        starts = self._buffer("starts", (S, T, E), b, reuse)
+        r_team = np.zeros((S, T, E), np.float32)
+        r_ind = np.zeros((S, T, E, N), np.float32)
+        r_pen = np.zeros((S, T, E, N), np.float32)
+        active = np.ones((S, T, E, N), bool)
+        any_left = False
+        term = np.zeros((S, T, E), bool)
+        trunc = np.zeros((S, T, E), bool)
+        need_state = store_state or value_fn is not None
+        state_all = state_buf = None
+        noise = self._noise(T)
+        wanted = {int(s): i for i, s in enumerate(window_state_steps)}
+        window_states: dict[str, list] = {t.name: [None] * len(wanted) for t in types}
+        episodes: list[list[dict[str, float]]] = [[] for _ in range(S)]
+        # per seed: the final states of truncated episodes and their (step, env rows)
+        final_states: list[list[np.ndarray]] = [[] for _ in range(S)]
+        final_index: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(S)]
+        cur_state = self._states() if need_state else None
+        for step in range(T):
+            if step in wanted:
+                for t in types:
+                    window_states[t.name][wanted[step]] = tuple(
+                        s.clone() for s in self.policy_state[t.name]
+                    )
+            per_seed = [self.batcher(obs) for obs in self.obs]
+            obs_t = {t.name: torch.stack([o[t.name] for o, _ in per_seed]) for t in types}
+            mask_t = {t.name: torch.stack([m[t.name] for _, m in per_seed]) for t in types}
+            for t in types:
+                obs_buf[t.name][:, step] = obs_t[t.name]
+                mask_buf[t.name][:, step] = mask_t[t.name]
+            reset = self.episode_start if self.policy.is_recurrent else None
+            actions, logps, self.policy_state = self.policy.act(
+                obs_t,
+                mask_t,
+                self.policy_state,
+                reset,
+                neg_gumbel={name: x[:, step] for name, x in noise.items()},
+            )
+            for t in types:
+                act_buf[t.name][:, step] = actions[t.name]
+                logp_buf[t.name][:, step] = logps[t.name]
+            starts[:, step] = self.episode_start
+            if need_state:
+                if state_buf is None:
+                    # seed k's states of every step and, in its last E rows, the state after
+                    # the last step: the values' input without a concatenation
+                    state_all = self._seed_blocks(
+                        "state", S, ((T + 1) * E, cur_state.shape[-1]), reuse
+                    )
+                    state_buf = state_all[:, : T * E].view(S, T, E, -1)
+                state_buf[:, step] = cur_state
+            done = np.zeros((S, E), bool)
+            for k, vec in enumerate(self.vecs):
+                env_actions = self.batcher.actions_to_env({n: a[k] for n, a in actions.items()})
+                self.obs[k], rewards, terms, truncs, infos = vec.step(env_actions)
+                team, ind, pen = reward_channels(infos, agents)
+                r_team[k, step], r_ind[k, step], r_pen[k, step] = team, ind, pen
+                if "active" in infos[agents[0]]:
+                    active[k, step] = agent_activity(infos, agents, E)
+                    any_left |= not active[k, step].all()
+                te = np.asarray(terms[agents[0]], bool)
+                tr = np.asarray(truncs[agents[0]], bool) & ~te
+                term[k, step], trunc[k, step] = te, tr
+                done[k] = te | tr
+                reward = live_mean_reward(rewards, infos, agents)
+                episodes[k].extend(
+                    self.trackers[k].step(team, ind, pen, done[k], infos, agents, reward)
+                )
+                if value_fn is not None and tr.any():
+                    final_states[k].append(np.asarray(vec.final_state, np.float32)[tr])
+                    final_index[k].append((step, np.flatnonzero(tr)))
+            self.episode_start = torch.from_numpy(done).to(dev)
+            if need_state:
+                cur_state = self._states()
+        if before_values is not None:
+            before_values()
+        vt = vi = nvt = nvi = None
+        if value_fn is not None:
+            state_all[:, T * E :] = cur_state
+            cont = torch.from_numpy(~(term | trunc)).to(dev)
+            vt, vi, nvt, nvi = self._values(value_fn, state_all, cont, final_states, final_index)
+        batch = SeedRolloutBatch(
+            obs=obs_buf,
+            mask=mask_buf,
+            actions=act_buf,
+            logp=logp_buf,
+            reward_team=torch.from_numpy(r_team).to(dev),
+            reward_individual=torch.from_numpy(r_ind).to(dev),
+            reward_penalty=torch.from_numpy(r_pen).to(dev),
+            active=torch.from_numpy(active).to(dev) if any_left else None,
+            terminated=torch.from_numpy(term).to(dev),
+            truncated=torch.from_numpy(trunc).to(dev),
+            episode_start=starts,
+            state=state_buf,
+            values_team=vt,
+            values_individual=vi,
+            next_values_team=nvt,
+            next_values_individual=nvi,
+            window_state_steps=tuple(int(s) for s in window_state_steps),
+            window_states=window_states,
+            episodes=episodes,
+        )
+        if reuse:
+            self._buffers_batch = weakref.ref(batch)
+        return batch
+
+    def _values(
+        self,
+        value_fn: SeedValueFn,
+        state_all: Tensor,
+        cont: Tensor,
+        final_states: list[list[np.ndarray]],
+        final_index: list[list[tuple[int, np.ndarray]]],
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The values of every step's state and the next values inside each episode, as the
+        single-seed collector computes them for each seed.
+
+        ``state_all [S, (T + 1) * E, D_s]``: every step's states, then the state after the
+        last step; ``cont [S, T, E]``: the episode goes on after the step. The final states of
+        truncated episodes (seed k has ``F_k``) go through ``value_fn`` in one call per
+        distinct ``F_k``, seed k's rows at its own index and zeros for the seeds with another
+        count: seed k's rows always make an ``[F_k, D_s]`` block, whatever the other seeds
+        did. Returns ``values_team [S, T, E, K]``, ``values_individual [S, T, E, N, K]`` and
+        the next values of the same shapes."""
+        S, T, E = cont.shape
+        N = self.layout.n_agents
+        all_team, all_ind = value_fn(state_all)
+        K = all_team.shape[-1]
+        vt = all_team[:, : T * E].reshape(S, T, E, K)
+        vi = all_ind[:, : T * E].reshape(S, T, E, N, K)
+        last_team, last_ind = all_team[:, T * E :], all_ind[:, T * E :]
+        nvt, nvi = torch.zeros_like(vt), torch.zeros_like(vi)
+        counts = [sum(len(rows) for _, rows in index) for index in final_index]
+        for count in sorted({c for c in counts if c > 0}):
+            group = [k for k in range(S) if counts[k] == count]
+            x = self._seed_blocks("final_states", S, (count, state_all.shape[-1]), False)
+            x.zero_()
+            for k in group:
+                x[k] = torch.from_numpy(np.concatenate(final_states[k])).to(self.device)
+            fin_team, fin_ind = value_fn(x)
+            for k in group:
+                pos = 0
+                for step, rows in final_index[k]:
+                    r = torch.from_numpy(rows).to(self.device)
+                    nvt[k, step, r] = fin_team[k, pos : pos + len(rows)]
+                    nvi[k, step, r] = fin_ind[k, pos : pos + len(rows)]
+                    pos += len(rows)
+        # next value inside the episode: values[t + 1] (or the value after the last step)
+        follow_team = torch.cat([vt[:, 1:], last_team.unsqueeze(1)], 1)
+        follow_ind = torch.cat([vi[:, 1:], last_ind.unsqueeze(1)], 1)
+        nvt = torch.where(cont[..., None], follow_team, nvt)
+        nvi = torch.where(cont[..., None, None], follow_ind, nvi)
+        return vt, vi, nvt, nvi
+
+    # -- checkpointing ------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed to continue collecting exactly: per seed, the pickled env (None
+        where it cannot be pickled), the observations and the episode tracker; the episode
+        starts ``[S, E]``, the stacked actor state and the generators' states."""
+        envs = []
+        for vec in self.vecs:
+            try:
+                envs.append(pickle.dumps(vec))
+            except Exception:  # noqa: BLE001 - an env that cannot be pickled resumes with a reset
+                envs.append(None)
+        return {
+            "envs": envs,
+            "obs": list(self.obs),
+            "episode_start": self.episode_start.cpu(),
+            "policy_state": {k: tuple(s.cpu() for s in v) for k, v in self.policy_state.items()},
+            "trackers": [tracker.state_dict() for tracker in self.trackers],
+            "generators": [g.get_state() for g in self.generators],
+        }
+
+    def load_state_dict(self, d: dict) -> bool:
+        """Restore; returns False when some seed's env could not be restored: every seed is
+        then reset with its seed, as a single-seed run resumes such an env."""
+        for g, state in zip(self.generators, d["generators"], strict=True):
+            g.set_state(state)
+        if any(blob is None for blob in d["envs"]):
+            self.obs = [vec.reset(seed=s)[0] for vec, s in zip(self.vecs, self.seeds, strict=True)]
+            self.episode_start[:] = True
+            self.policy_state = self.policy.initial_state(self.num_envs)
+            return False
+        self.vecs = [pickle.loads(blob) for blob in d["envs"]]
+        self.obs = list(d["obs"])
+        self.episode_start = d["episode_start"].to(self.device)
+        self.policy_state = {
+            k: tuple(s.to(self.device) for s in v) for k, v in d["policy_state"].items()
+        }
+        for tracker, state in zip(self.trackers, d["trackers"], strict=True):
+            tracker.load_state_dict(state)
+        return True
