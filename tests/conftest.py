@@ -6,6 +6,15 @@ layer for the whole process at the first parallel kernel. Tests run many things 
 process (seqmodels kernels, then in-process ``marl.train.main`` calls), so the layer is set
 here once, as the trainer would, and every in-process run finds the layer it asks for instead
 of warning about a different one.
+
+numba's compiled kernels are cached on disk where numba puts them by default, beside each
+kernel's source (``<package>/__pycache__``): the pytest process and every process a test
+starts (``python -m marl.train``, torchrun ranks, compare workers) share that one cache, so a
+kernel compiles once per checkout and source edit, not once per process
+(tests/test_numba_cache.py checks it). No ``NUMBA_CACHE_DIR`` is set here: the packages'
+stale-cache checks (``drop_stale_kernel_cache``, as in ``envs.websearch``) clear their own
+``__pycache__`` only, so a cache elsewhere would keep kernels compiled against an older
+sibling module.
 """
 
 from __future__ import annotations

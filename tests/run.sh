@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The README's test command: create an isolated virtual environment (.venv), install the
 # package with its dev extras (CPU build of torch first, so no multi-GB CUDA build is pulled
-# on CPU-only machines), then run the whole test suite.
+# on CPU-only machines), then run the test suite without the tests marked `slow`.
+#
+# Arguments go to pytest. `-m EXPR` replaces the default `-m "not slow"` (`-m slow`: only the
+# slow tests; `-m ""`: everything), and so does naming a test file, folder or node id (it runs
+# as named, slow or not). .ci/run runs the default suite, then the slow tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -14,4 +18,14 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     .venv/bin/pip install -q "torch==2.13.0"
 fi
 .venv/bin/pip install -q -e ".[dev]"
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+
+select=(-m "not slow")
+for arg in "$@"; do
+    case "$arg" in
+        -m | -m* | --markexpr | --markexpr=*) select=() ;;  # the caller's marker expression
+        -*) ;;
+        *) if [ -e "${arg%%::*}" ]; then select=(); fi ;;  # a test file, folder or node id
+    esac
+done
+# ${a[@]+...}: an empty array under `set -u` (bash < 4.4 calls it unbound)
+exec .venv/bin/python -m pytest -q -p no:cacheprovider ${select[@]+"${select[@]}"} "$@"

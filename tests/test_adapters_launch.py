@@ -74,6 +74,7 @@ def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
 # ------------------------------------------------------------------ torchrun
 
 
+@pytest.mark.slow  # a launcher end to end: slow tier
 @pytest.mark.timeout(120)
 def test_torchrun_on_pettingzoo_env_gives_each_rank_its_own_env_seeds(tmp_path):
     pytest.importorskip("mpe2", reason="install mpe2 (pip install mpe2)")
@@ -121,6 +122,7 @@ def test_torchrun_on_pettingzoo_env_gives_each_rank_its_own_env_seeds(tmp_path):
 # ------------------------------------------------------------------ marl.compare
 
 
+@pytest.mark.slow  # a launcher end to end: slow tier
 @pytest.mark.timeout(150)
 def test_compare_on_gymnasium_env_runs_every_seed_through_the_adapter(tmp_path):
     out = tmp_path / "cmp"

@@ -152,7 +152,6 @@ def _full_batch_grads(model: torch.nn.Module, x, y) -> list[torch.Tensor]:
     return [p.grad.clone() for p in model[:3].parameters()]
 
 
-@pytest.mark.slow
 def test_two_process_gloo_matches_single_process_reference(tmp_path):
     proc = torchrun("checks", tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -87,7 +87,6 @@ def _max_gap(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
     return max(float((x - y).abs().max()) for x, y in zip(a, b, strict=True))
 
 
-@pytest.mark.slow
 def test_policy_step_with_unequal_valid_counts_equals_concatenated_step(rank_results):
     """Two ``PolicyUpdate.step`` calls on 2 ranks (gradients after averaging and clipping,
     parameters after each Adam step) equal one process's on the concatenated minibatches."""
@@ -140,7 +139,6 @@ def _np_value_norm(batches: list[np.ndarray], beta: float) -> dict[str, np.ndarr
     return {"running_mean": rm, "running_mean_sq": rms, "debiasing_term": np.array(debias)}
 
 
-@pytest.mark.slow
 def test_distributed_value_norm_equals_one_on_the_concatenation(rank_results):
     """``ValueNorm(distributed=True)`` updated on slices of unequal size equals the EMA by
     hand (and a single ValueNorm) on the concatenation."""

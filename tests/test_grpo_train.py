@@ -51,7 +51,6 @@ def test_main_reports_config_error_for_grpo(capsys):
     assert "--value-clip does not apply to --algo grpo" in capsys.readouterr().err
 
 
-@pytest.mark.slow
 def test_grpo_run_directory_and_exact_resume(tmp_path):
     straight, split = tmp_path / "straight", tmp_path / "split"
     assert main([*TINY, "--total-steps", "300", "--run-dir", str(straight)]) == 0

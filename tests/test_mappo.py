@@ -219,7 +219,7 @@ def test_penalty_shaping_adds_no_ramp_across_the_rollout():
 
 @pytest.mark.parametrize(
     "backbone, burn_in",
-    [("gru", 0), ("gru", 2), pytest.param("mamba", 2, marks=pytest.mark.slow)],
+    [("gru", 0), ("gru", 2), ("mamba", 2)],
 )
 def test_recurrent_windows_reproduce_rollout_log_probs(backbone, burn_in):
     """Before any update the windowed recomputation equals the rollout's log-probs: stored

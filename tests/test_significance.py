@@ -122,7 +122,11 @@ def test_decide_needs_both_p_holm_and_an_agreeing_ci() -> None:
     assert not sg.decide(None, None, None)["shown"]
 
 
-@pytest.mark.parametrize("n_seeds", [3, 5, 8, 16, 32])
+# the two largest designs simulate for most of a minute: slow tier (tests/run.sh -m slow, CI)
+@pytest.mark.parametrize(
+    "n_seeds",
+    [3, 5, 8, pytest.param(16, marks=pytest.mark.slow), pytest.param(32, marks=pytest.mark.slow)],
+)
 def test_aa_studies_stay_within_the_error_rate(n_seeds: int) -> None:
     studies = 300
     bound = sg.ALPHA + 3 * math.sqrt(sg.ALPHA * (1 - sg.ALPHA) / studies)

@@ -125,7 +125,6 @@ def big_far_from_zero() -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
     return x, group, d / (std[g] + 1e-8)
 
 
-@pytest.mark.slow
 def test_float32_accuracy_1e7_entries_far_from_zero(backend, big_far_from_zero) -> None:
     x, group, expected = big_far_from_zero
     out = whiten(x, group=group)
