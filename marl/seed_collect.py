@@ -442,6 +442,47 @@ class SeedRolloutCollector:
             "generators": [g.get_state() for g in self.generators],
         }
 
+    def seed_state_dict(self, k: int) -> dict:
+        """Seed index k's collector state as the single-seed
+        :meth:`marl.collect.RolloutCollector.state_dict` holds it (its generator is the
+        caller's: a single-seed run's global generator)."""
+        try:
+            env_blob = pickle.dumps(self.vecs[k])
+        except Exception:  # noqa: BLE001 - an env that cannot be pickled resumes with a reset
+            env_blob = None
+        return {
+            "env": env_blob,
+            "obs": self.obs[k],
+            "episode_start": self.episode_start[k].cpu().clone(),
+            "policy_state": {
+                name: tuple(s[k].cpu().clone() for s in state)
+                for name, state in self.policy_state.items()
+            },
+            "tracker": self.trackers[k].state_dict(),
+        }
+
+    def load_seed_state_dict(self, k: int, d: dict, *, vec: VectorEnv | None = None) -> None:
+        """Restore seed index k from a single-seed collector state (:meth:`seed_state_dict`);
+        ``vec``: the env already restored from it (else it is unpickled here, or reset with
+        the seed when it could not be pickled)."""
+        if vec is None:
+            vec = pickle.loads(d["env"]) if d.get("env") is not None else self.vecs[k]
+        self.vecs[k] = vec
+        if d.get("env") is None:
+            self.obs[k] = vec.reset(seed=self.seeds[k])[0]
+            self.episode_start[k] = True
+            fresh = self.policy.initial_state(self.num_envs)
+            for name, state in self.policy_state.items():
+                for s, new in zip(state, fresh[name], strict=True):
+                    s[k] = new[k]
+            return
+        self.obs[k] = d["obs"]
+        self.episode_start[k] = d["episode_start"].to(self.device)
+        for name, state in self.policy_state.items():
+            for s, saved in zip(state, d["policy_state"][name], strict=True):
+                s[k] = saved.to(self.device)
+        self.trackers[k].load_state_dict(d["tracker"])
+
     def load_state_dict(self, d: dict) -> bool:
         """Restore; returns False when some seed's env could not be restored: every seed is
         then reset with its seed, as a single-seed run resumes such an env."""

@@ -16,7 +16,14 @@ def main(argv: list[str] | None = None) -> int:
     numba's pool sized first."""
     from marl.run.numba_pool import size_numba_pool
 
-    size_numba_pool(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    size_numba_pool(argv)
+    if "-h" not in argv and "--help" not in argv:
+        from marl.run.train_seeds import main as seeds_main  # --seeds: a batch of runs
+
+        status = seeds_main(argv)
+        if status is not None:
+            return status
     from marl.run.train import main as run_main
 
     return run_main(argv)

@@ -187,13 +187,6 @@ def test_seed_in_a_stack_equals_seed_alone(one_thread, backbone: str, num_envs: 
             assert_same_rollout(ours.seed(k), ref.seed(0))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SeedLinear with out_features=1 (the team head of value_ensemble=1): torch.baddbmm "
-    "with one output column takes another kernel for a batch of one than for a batch of "
-    "several, so the team values of a stack of one differ in the last bit from the same "
-    "seed's in a larger stack (marl/core/seed_batched.py needs an S-independent path there)",
-)
 def test_seed_in_a_stack_equals_seed_alone_one_value_head(one_thread) -> None:
     cfg = make_cfg("mlp")
     stacked, alone = seed_rollouts(cfg, SEEDS), seed_rollouts(cfg, [SEEDS[2]])

@@ -50,6 +50,7 @@ __all__ = [
     "PPOLossConfig",
     "ExtraTerm",
     "ClipPPOObjective",
+    "per_run_sum",
     "loss_and_backward",
     "chunked_loss_and_backward",
     "types_side_by_side",
@@ -219,8 +220,8 @@ class ClipPPOObjective:
             dual_clip=coef.dual_clip,
         )
         weight = mb.sample_mask().to(logp.dtype)  # [B, L, n]: 1 where a sample counts
-        surrogate_sum = (surrogate * weight).sum()
-        entropy_sum = (dist.entropy() * weight).sum()
+        surrogate_sum = per_run_sum(surrogate * weight, count)
+        entropy_sum = per_run_sum(dist.entropy() * weight, count)
         terms = {
             "loss/policy": -surrogate_sum / count,
             "loss/entropy": -coef.ent_coef * entropy_sum / count,
@@ -235,18 +236,28 @@ class ClipPPOObjective:
             clip_high=coef.clip_high,
         )
         for key, per_sample in stats.items():
-            terms[key] = (per_sample * weight).sum() / count
+            terms[key] = per_run_sum(per_sample * weight, count) / count
         terms.update(logits=dist.logits, logp=logp, count=count)
         return terms
 
     def total(self, terms: dict[str, Tensor]) -> Tensor:
         """The loss to minimise: the sum of the ``loss/`` terms. Raises
-        :class:`~marl.core.losses.NonFiniteError` naming a term that is NaN or inf."""
+        :class:`~marl.core.losses.NonFiniteError` naming a term that is NaN or inf (one run;
+        for a batch of runs the terms are ``[S]`` and the seed update checks each run)."""
         losses = {key: value for key, value in terms.items() if key.startswith("loss/")}
         for key, value in losses.items():
-            if not torch.isfinite(value):
+            if value.dim() == 0 and not torch.isfinite(value):
                 raise NonFiniteError(key)
         return sum(losses.values())
+
+
+def per_run_sum(x: Tensor, count: Tensor | float) -> Tensor:
+    """The sum of ``x`` over one run's samples: a scalar when ``count`` is one run's (a number
+    or a 0-d tensor); ``[S]`` when ``count`` is ``[S]``, one per run of a seed batch (``x [S,
+    ...]``, :mod:`marl.algos.seed_mappo`)."""
+    if isinstance(count, Tensor) and count.dim() == 1:
+        return x.reshape(count.shape[0], -1).sum(1)
+    return x.sum()
 
 
 #: ``(objective, actors, batch, coef, count) -> terms per agent type``: a minibatch's loss

@@ -75,6 +75,7 @@ __all__ = [
     "per_seed_grad_norm",
     "run_seed_mlp",
     "seed_group_key",
+    "seed_linear",
     "stack_modules",
     "unstack",
     "whiten_per_seed",
@@ -180,11 +181,7 @@ class SeedLinear(nn.Module):
         """``x [S, ..., in_features]`` -> ``[S, ..., out_features]``."""
         x = _seed_input(x, self.num_seeds, self.in_features)
         rows = x.reshape(self.num_seeds, -1, self.in_features)  # [S, N, in]
-        weight_t = self.weight.transpose(1, 2)  # [S, in, out]
-        if self.bias is None:
-            y = torch.bmm(rows, weight_t)
-        else:
-            y = torch.baddbmm(self.bias.unsqueeze(1), rows, weight_t)
+        y = seed_linear(rows, self.weight, self.bias)
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
@@ -192,6 +189,21 @@ class SeedLinear(nn.Module):
             f"num_seeds={self.num_seeds}, in_features={self.in_features}, "
             f"out_features={self.out_features}, bias={self.bias is not None}"
         )
+
+
+def seed_linear(rows: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``rows [S, N, in]`` times ``weight [S, out, in]`` (+ ``bias [S, out]``) -> ``[S, N,
+    out]``: one ``torch.baddbmm`` (``bmm`` without bias). A single output column (a value
+    head) is an elementwise product summed over ``in`` instead: ``baddbmm`` with one column
+    takes another kernel for a batch of one seed than for several, so its bits would depend
+    on S; the product and sum do not."""
+    if weight.shape[1] == 1:
+        y = (rows * weight[:, None, 0, :]).sum(-1, keepdim=True)
+        return y if bias is None else y + bias[:, None, :]
+    weight_t = weight.transpose(1, 2)  # [S, in, out]
+    if bias is None:
+        return torch.bmm(rows, weight_t)
+    return torch.baddbmm(bias.unsqueeze(1), rows, weight_t)
 
 
 def _sigmoid_by_exp(x: Tensor) -> Tensor:
@@ -414,9 +426,10 @@ class SeedGRU(nn.Module):
             if not isinstance(resets, Tensor) or list(resets.shape) != [S, B, L]:
                 got = list(resets.shape) if isinstance(resets, Tensor) else type(resets).__name__
                 raise ValueError(f"resets must have shape [S, B, L] = {[S, B, L]}, got {got}")
+            # kept even where no row resets: dropping it when no seed resets would change
+            # the autograd graph (the order in which a state's gradient terms are summed),
+            # and so the last bits of seed k's gradient, with the other seeds' episodes
             resets = resets.bool()
-            if not bool(resets.any()):
-                resets = None
         H = self.hidden_size
         # time-major inside, as nn.GRU: the input gates of step t are rows [t * B, (t+1) * B)
         # of one baddbmm, so their gradient sums the rows in nn.GRU's order
@@ -724,11 +737,7 @@ def run_seed_mlp(net: SeedMLP | SeedLinear, x: Tensor) -> Tensor:
     layers = (net,) if isinstance(net, SeedLinear) else net.layers
     for layer in layers:
         if type(layer) is SeedLinear:
-            weight_t = layer.weight.transpose(1, 2)
-            if layer.bias is None:
-                x = torch.bmm(x, weight_t)
-            else:
-                x = torch.baddbmm(layer.bias.unsqueeze(1), x, weight_t)
+            x = seed_linear(x, layer.weight, layer.bias)
         else:
             fn = _FUNCTIONAL.get(type(layer))
             x = fn(x) if fn is not None else layer(x)

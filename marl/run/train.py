@@ -63,6 +63,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -613,9 +614,12 @@ class _Checkpoints:
         history: list[dict[str, Any]],
         *,
         enabled: bool,
+        rng: Callable[[], dict[str, Any]] = rng_state,
     ) -> None:
         self.cfg, self.algo, self.run, self.keep = cfg, algo, run, start.keep
         self.logger, self.history, self.enabled = logger, history, enabled
+        #: the RNG states a checkpoint holds (a seed of a batch: its own generator as torch's)
+        self.rng = rng
         self.wandb_resume_id = start.wandb_run_id
         #: the newest checkpoint written (or resumed from) and its update
         self.path: str | None = start.path
@@ -635,7 +639,7 @@ class _Checkpoints:
             "env_steps": env_steps,
             "elapsed": clock.elapsed(),
             "cpu_elapsed": clock.cpu(),
-            "rng": rng_state(),
+            "rng": self.rng(),
             "config": config_to_dict(self.cfg),
             "keep_checkpoints": self.keep,
             # kept through resumes without --wandb, for a later one with it

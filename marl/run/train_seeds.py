@@ -1,0 +1,451 @@
+"""``python -m marl.train --seeds 0-15``: S independent runs trained in one process.
+
+The seeds are batched through one rollout and one update (:class:`marl.algos.seed_mappo.
+SeedMAPPO`); each seed still gets a complete run directory, ``RUN_DIR/seed_<k>/``, exactly as
+a single-seed run writes it (config.yaml with its own seed, metrics.jsonl, checkpoints,
+policy/, eval.json, plots, finished.json), so ``marl.evaluate``, ``load_policy``,
+``marl.export`` and ``marl.compare`` read each one as a single run, and a plain ``--resume
+RUN_DIR/seed_<k>`` continues that seed alone. ``RUN_DIR/seeds.json`` lists the batch;
+``--resume RUN_DIR`` continues the whole batch from the newest update every seed holds a
+checkpoint of.
+
+Budgets are the batch's: every seed trains the same env steps; ``--max-time`` and
+``--max-cpu-time`` count the batch's time (each seed's time_s and cpu_s are the batch's). The
+progress bar counts the batch (one update = one update of every seed). A seed whose losses or
+advantages turn non-finite stops: its finished.json says so (``"stopped": why``, no
+eval.json), its last good checkpoint stays, and the other seeds go on.
+
+``--seeds`` takes a range ``0-15``, a list ``0,3,7`` or both (``0-3,8``); it excludes
+``--seed``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+import yaml
+
+from marl.algos.seed_mappo import SeedMAPPO, unsupported_with_seeds
+from marl.core.losses import NonFiniteError
+from marl.run.checkpoint import (
+    DEFAULT_KEEP,
+    CheckpointError,
+    checkpoint_path,
+    load_checkpoint,
+    numbered_checkpoints,
+    rng_state,
+)
+from marl.run.compile_clock import compile_clock
+from marl.run.config import (
+    EXIT_INTERRUPTED,
+    BaseConfig,
+    ConfigError,
+    config_to_dict,
+    parse_train_args,
+)
+from marl.run.options import RunOptions
+from marl.run.progress import Budget, ProgressBar, TrainingClock
+from marl.run.provenance import provenance
+from marl.run.rundir import (
+    RunDir,
+    RunDirBusyError,
+    RunDirError,
+    atomic_write_json,
+    atomic_write_text,
+)
+from marl.run.runlog import RunLogger
+from marl.run.signals import StopSignals
+from marl.run.train import (
+    _Cadence,
+    _Checkpoints,
+    _default_run_dir,
+    _evaluation_row,
+    _finish,
+    _finished_record,
+    _Start,
+    _start_process,
+    _warn,
+    configure_process,
+    resolve_budget,
+)
+
+__all__ = [
+    "SEEDS_FILE",
+    "batch_seeds",
+    "is_seed_batch",
+    "parse_seeds",
+    "seed_dir",
+    "seeds_invocation",
+    "train_seeds",
+]
+
+#: the file in a batch's directory that lists its seeds
+SEEDS_FILE = "seeds.json"
+
+
+def parse_seeds(spec: str) -> list[int]:
+    """``"0-15"``, ``"0,3,7"`` or ``"0-3,8"`` -> the seeds, in order; ConfigError naming what
+    is wrong (the forms allowed, a seed below 0, a seed twice)."""
+    seeds: list[int] = []
+    allowed = "a range 0-15, a list 0,3,7 or both (0-3,8) of integers >= 0"
+    for part in str(spec).split(","):
+        part = part.strip()
+        try:
+            if "-" in part[1:]:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if hi < lo:
+                    raise ValueError
+                seeds.extend(range(lo, hi + 1))
+            else:
+                seeds.append(int(part))
+        except ValueError:
+            raise ConfigError(
+                f"--seeds {spec!r}: cannot read {part!r}; allowed: {allowed}"
+            ) from None
+    if any(s < 0 for s in seeds):
+        raise ConfigError(f"--seeds {spec!r}: seeds must be >= 0; allowed: {allowed}")
+    twice = sorted({s for s in seeds if seeds.count(s) > 1})
+    if twice:
+        raise ConfigError(f"--seeds {spec!r}: seeds {twice} appear twice")
+    return seeds
+
+
+def seed_dir(run_dir: str, seed: int) -> str:
+    """``RUN_DIR/seed_<seed>``: the run directory of one seed of a batch."""
+    return os.path.join(run_dir, f"seed_{seed}")
+
+
+def is_seed_batch(run_dir: str) -> bool:
+    """Whether ``run_dir`` holds a seed batch (its :data:`SEEDS_FILE`)."""
+    return os.path.isfile(os.path.join(run_dir, SEEDS_FILE))
+
+
+def batch_seeds(run_dir: str) -> list[int]:
+    """The seeds of the batch in ``run_dir``."""
+    with open(os.path.join(run_dir, SEEDS_FILE)) as fh:
+        return [int(s) for s in json.load(fh)["seeds"]]
+
+
+def seeds_invocation(argv: list[str]) -> tuple[list[int], list[str], str | None] | None:
+    """``(seeds, argv for the config parser, batch directory resumed)`` when ``argv`` trains a
+    seed batch (``--seeds SPEC``, or ``--resume`` of a batch directory), else None. A
+    resumed batch's config is read from its first seed's config.yaml."""
+    spec, rest = None, []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--seeds":
+            if i + 1 >= len(argv):
+                raise ConfigError("--seeds needs a value: a range 0-15, a list 0,3,7 or both")
+            spec, i = argv[i + 1], i + 2
+            continue
+        if arg.startswith("--seeds="):
+            spec = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+        i += 1
+    resumed = None
+    for j, arg in enumerate(rest):
+        value = None
+        if arg == "--resume" and j + 1 < len(rest):
+            value = rest[j + 1]
+        elif arg.startswith("--resume="):
+            value = arg.split("=", 1)[1]
+        if value is not None and is_seed_batch(value):
+            resumed = value
+    if spec is None and resumed is None:
+        return None
+    if any(a == "--seed" or a.startswith("--seed=") for a in rest):
+        raise ConfigError("--seeds and --seed exclude each other: give one of them")
+    seeds = parse_seeds(spec) if spec is not None else batch_seeds(resumed)
+    if resumed is not None:
+        if spec is not None and seeds != batch_seeds(resumed):
+            raise ConfigError(f"--resume {resumed!r}: the batch has seeds {batch_seeds(resumed)}")
+        first = seed_dir(resumed, seeds[0])
+        rest = [first if a == resumed else a.replace(f"--resume={resumed}", f"--resume={first}")
+                for a in rest]  # fmt: skip
+    return seeds, rest, resumed
+
+
+class _SeedRun:
+    """Seed k of the batch as the single-seed algorithm the run-directory parts of
+    :mod:`marl.run.train` expect (policy, layout, last advantages, state_dict)."""
+
+    def __init__(self, batch: SeedMAPPO, k: int) -> None:
+        self.batch, self.k = batch, k
+
+    @property
+    def policy(self) -> torch.nn.Module:
+        return self.batch.runs[self.k].policy
+
+    @property
+    def layout(self) -> Any:
+        return self.batch.layout
+
+    @property
+    def last_advantages(self) -> Any:
+        return self.batch.runs[self.k].last_advantages
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.batch.seed_state_dict(self.k)
+
+    def rng(self) -> dict[str, Any]:
+        """The RNG states of seed k's checkpoint: its generator as torch's global one."""
+        return {**rng_state(), "torch": self.batch.generator_state(self.k)}
+
+
+def _seed_config(cfg: BaseConfig, seed: int, run_dir: str) -> BaseConfig:
+    one = copy.copy(cfg)
+    one.seed, one.run_dir = seed, run_dir
+    return one
+
+
+def train_seeds(
+    cfg: BaseConfig, seeds: list[int], options: RunOptions | None = None
+) -> list[dict[str, Any] | None] | None:
+    """Train ``seeds`` as one batch (see the module docstring); returns each seed's final
+    evaluation (None for a seed that stopped), or None when SIGINT/SIGTERM interrupted the
+    batch (a checkpoint of every seed was written)."""
+    options = options or RunOptions()
+    problems = unsupported_with_seeds(cfg, distributed=int(os.environ.get("WORLD_SIZE", "1")) > 1)
+    if problems:
+        raise ConfigError("--seeds: " + "; ".join(problems))
+    resolve_budget(cfg)
+    if options.wandb is not None:
+        raise ConfigError("--seeds does not log to W&B yet (leave out --wandb)")
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: CUDA is not available here; allowed here: cpu, auto")
+    root = options.resume or cfg.run_dir or _default_run_dir(cfg)
+    cfg.run_dir = root
+    runs = [RunDir(seed_dir(root, s)) for s in seeds]
+    if options.resuming:
+        if not is_seed_batch(root):
+            raise RunDirError(f"--resume {root!r}: no seed batch there (no {SEEDS_FILE})")
+        if batch_seeds(root) != seeds:
+            raise ConfigError(f"--resume {root!r}: the batch has seeds {batch_seeds(root)}")
+        if all(_finished(run, cfg) for run in runs):
+            print(f"[marl.train] {root}: every seed finished within its budget: nothing to do",
+                  file=sys.stderr)  # fmt: skip
+            return [_read_json(run.eval_json) for run in runs]
+    else:
+        if is_seed_batch(root) and not options.overwrite:
+            raise RunDirError(
+                f"{root} holds a seed batch already; continue it with --resume {root} or "
+                "replace it with --overwrite"
+            )
+        for run in runs:
+            run.check_new(options.overwrite)
+    configure_process(cfg)
+    compile_clock()
+    ctx, device = _start_process(cfg)
+    cfgs = [_seed_config(cfg, s, run.path) for s, run in zip(seeds, runs, strict=True)]
+    batch = SeedMAPPO(cfgs, device)
+    starts = _restore(batch, runs, options) if options.resuming else None
+    keep = int(options.keep_checkpoints or DEFAULT_KEEP)
+    if starts is None:
+        starts = [_Start(keep=keep) for _ in seeds]
+    with contextlib.ExitStack() as held:
+        os.makedirs(root, exist_ok=True)
+        atomic_write_json(os.path.join(root, SEEDS_FILE), {"seeds": seeds})
+        for one, run in zip(cfgs, runs, strict=True):
+            held.enter_context(run.claim(resume=options.resuming, overwrite=options.overwrite))
+            atomic_write_text(run.config_yaml, yaml.safe_dump(config_to_dict(one), sort_keys=False))
+        result = _seed_loop(cfgs, batch, runs, starts)
+    del ctx
+    return result
+
+
+def _finished(run: RunDir, cfg: BaseConfig) -> bool:
+    record = _read_json(run.finished_json)
+    if record is None or "stopped" in record:
+        return record is not None
+    return Budget(cfg).progress(record["env_steps"], record["time_s"], record["cpu_s"]) >= 1.0
+
+
+def _read_json(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def _restore(batch: SeedMAPPO, runs: list[RunDir], options: RunOptions) -> list[_Start]:
+    """Every seed's checkpoint of the newest update that all of them hold, loaded into
+    ``batch``; each seed's :class:`_Start`."""
+    held = [dict(numbered_checkpoints(run.path)) for run in runs]
+    common = set.intersection(*(set(h) for h in held)) if held else set()
+    if not common:
+        raise CheckpointError(
+            "--resume: the seeds hold no checkpoint of a common update "
+            f"({', '.join(f'{r.path}: {sorted(h)}' for r, h in zip(runs, held, strict=True))})"
+        )
+    update = max(common)
+    starts = []
+    for k, run in enumerate(runs):
+        path = checkpoint_path(run.path, update)
+        payload = load_checkpoint(path)
+        try:
+            batch.load_seed_state(k, payload["algo"], payload["rng"]["torch"])
+        except (KeyError, RuntimeError, ValueError, TypeError) as exc:
+            raise CheckpointError(f"checkpoint {path} does not fit the batch ({exc})") from exc
+        keep = options.keep_checkpoints or payload.get("keep_checkpoints") or DEFAULT_KEEP
+        starts.append(_Start(keep=int(keep), payload=payload, path=path))
+    print(f"[marl.train] resuming the batch {os.path.dirname(runs[0].path)} from update "
+          f"{update}", file=sys.stderr, flush=True)  # fmt: skip
+    return starts
+
+
+def _seed_loop(
+    cfgs: list[BaseConfig], batch: SeedMAPPO, runs: list[RunDir], starts: list[_Start]
+) -> list[dict[str, Any] | None] | None:
+    """The batch's story, as :func:`marl.run.train._train_loop` tells one run's: iterate,
+    log, evaluate and checkpoint every seed until the budget is spent, then finish each."""
+    cfg, S = cfgs[0], len(cfgs)
+    seeds = [_SeedRun(batch, k) for k in range(S)]
+    loggers = [
+        RunLogger(run.path, resume_update=start.update if start.resumed else None,
+                  resume_env_steps=start.env_steps if start.resumed else None,
+                  wandb_config=config_to_dict(one))
+        for one, run, start in zip(cfgs, runs, starts, strict=True)
+    ]  # fmt: skip
+    histories = [[*start.provenance, provenance()] for start in starts]
+    checkpoints = [
+        _Checkpoints(one, seed, run, start, logger, history, enabled=True, rng=seed.rng)
+        for one, seed, run, start, logger, history in zip(
+            cfgs, seeds, runs, starts, loggers, histories, strict=True
+        )
+    ]
+    cadence = _Cadence(cfg.eval_every, cfg.checkpoint_every, evaluates=True)
+    budget, update, env_steps = Budget(cfg), starts[0].update, starts[0].env_steps
+    bar = ProgressBar(budget, f"{cfg.algo} x{S} seeds", starts[0].position, enabled=cfg.progress)
+    reported: set[int] = set()
+    with StopSignals(announce=True) as stop:
+        clock = TrainingClock(starts[0].elapsed, starts[0].cpu)
+        interrupted = False
+        while (progress := budget.progress(env_steps, clock.elapsed(), clock.cpu())) < 1.0:
+            t_iter = time.perf_counter()
+            metrics = batch.iteration(progress)
+            dt = time.perf_counter() - t_iter
+            delta = int(next((m["env_steps_delta"] for m in metrics if m), 0))
+            update, env_steps = update + 1, env_steps + delta
+            for k, row in enumerate(metrics):
+                if not row:
+                    continue
+                row.pop("env_steps_delta")
+                full = {"update": update, "env_steps": env_steps, "time_s": clock.elapsed(),
+                        "cpu_s": clock.cpu(), "sps": delta / dt,
+                        "agent_sps": delta * batch.layout.n_agents / dt, **row}  # fmt: skip
+                if cadence.evaluate_at(update):
+                    batch.sync(k)
+                    full.update(_evaluation_row(cfgs[k], seeds[k]))
+                loggers[k].log(full)
+                if k == next(i for i, m in enumerate(metrics) if m):
+                    bar.show(full)
+            _report_stops(
+                batch, cfgs, runs, loggers, checkpoints, reported, update, env_steps, clock
+            )
+            if len(reported) == S:
+                break
+            if cadence.checkpoint_at(update):
+                _save_all(batch, checkpoints, reported, update, env_steps, clock)
+            if stop.requested:
+                interrupted = True
+                break
+        bar.close()
+        _save_all(batch, checkpoints, reported, update, env_steps, clock)
+        for logger in loggers:
+            if not logger.closed:
+                logger.close()
+        if interrupted:
+            print(f"[marl.train] interrupted: every seed's checkpoint of update {update} "
+                  f"written; continue with: python -m marl.train --resume "
+                  f"{os.path.dirname(runs[0].path)}", file=sys.stderr, flush=True)  # fmt: skip
+            return None
+        stop.finishing = True
+        results: list[dict[str, Any] | None] = []
+        for k in range(S):
+            if k in reported:
+                results.append(None)
+                continue
+            batch.sync(k)
+            one = cfgs[k] if k == 0 else _without_baselines(cfgs[k])
+            results.append(
+                _finish(
+                    seeds[k],
+                    one,
+                    runs[k],
+                    histories[k],
+                    clock,
+                    checkpoints[k],
+                    update=update,
+                    env_steps=env_steps,
+                )  # fmt: skip
+            )
+    return results
+
+
+def _without_baselines(cfg: BaseConfig) -> BaseConfig:
+    """The config without the baselines' table (printed once, with the first seed)."""
+    one = copy.copy(cfg)
+    one.baselines = False
+    return one
+
+
+def _save_all(batch, checkpoints, reported, update, env_steps, clock) -> None:  # noqa: ANN001
+    """Every training seed's checkpoint of ``update``."""
+    for k, ckpt in enumerate(checkpoints):
+        if k not in reported:
+            batch.sync(k)
+            ckpt.save(update, env_steps, clock)
+
+
+def _report_stops(batch, cfgs, runs, loggers, checkpoints, reported, update, env_steps, clock):  # noqa: ANN001
+    """finished.json of each seed that stopped since the last report: why, where, and the
+    checkpoint kept; the other seeds go on."""
+    for k, reason in enumerate(batch.stopped):
+        if reason is None or k in reported:
+            continue
+        reported.add(k)
+        error = NonFiniteError(reason)
+        record = _finished_record(
+            cfgs[k], checkpoints[k].history, update=update, env_steps=env_steps,
+            time_s=clock.elapsed(), cpu_s=clock.cpu(), checkpoint=checkpoints[k].relative_path(),
+        )  # fmt: skip
+        record["stopped"] = f"{error}. {checkpoints[k].kept_note()}"
+        loggers[k].close()
+        atomic_write_json(runs[k].finished_json, record, final_newline=False)
+        _warn(f"seed {cfgs[k].seed} stopped at update {update}: {error}; the other seeds go on")
+
+
+def main(argv: list[str]) -> int | None:
+    """``python -m marl.train`` for a seed batch: the exit status (0 finished, even where some
+    seeds stopped; 2 bad input or a file-system error; 3 interrupted), or None when ``argv``
+    is no seed batch (the single-run trainer takes it)."""
+    try:
+        invocation = seeds_invocation(argv)
+        if invocation is None:
+            return None
+        seeds, rest, resumed = invocation
+        cfg, options = parse_train_args(rest)
+        if resumed is not None:
+            options = dataclasses.replace(options, resume=resumed)
+            cfg.run_dir = resumed
+        result = train_seeds(cfg, seeds, options)
+    except (ConfigError, RunDirError, CheckpointError, RunDirBusyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        print(f"error: file-system error on {exc.filename!r}: {exc.strerror}", file=sys.stderr)
+        return 2
+    return EXIT_INTERRUPTED if result is None else 0
