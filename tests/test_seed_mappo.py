@@ -190,3 +190,28 @@ def test_seeds_refuse_what_they_cannot_batch(tmp_path, capsys) -> None:
     assert not os.path.exists(tmp_path / "r")
     cfg = copy.copy(make_cfg("mlp"))
     assert cfg.seed == 0
+
+
+def test_a_stopped_seed_records_why_in_finished_json_and_compare_skips_it(
+    tmp_path, monkeypatch
+) -> None:
+    from marl.experiments.compare import run_finished
+
+    real = MAPPO.advantages
+
+    def advantages(self, batch, progress):
+        if self.cfg.seed == 5 and progress > 0:
+            raise NonFiniteError("advantages (after whitening)")
+        return real(self, batch, progress)
+
+    monkeypatch.setattr(mappo_module.MAPPO, "advantages", advantages)
+    root = str(tmp_path / "b")
+    assert train_main(cli(root, "--seeds", "3,5", "--total-steps", "128")) == 0
+    with open(os.path.join(root, "seed_5", "finished.json")) as fh:
+        record = json.load(fh)
+    assert "advantages (after whitening)" in record["stopped"]
+    assert record["update"] == 2  # the update that failed
+    assert not os.path.exists(os.path.join(root, "seed_5", "eval.json"))
+    assert [r["update"] for r in metrics(os.path.join(root, "seed_3"))] == [1, 2, 3, 4]
+    assert run_finished(os.path.join(root, "seed_3"))
+    assert not run_finished(os.path.join(root, "seed_5"))

@@ -143,9 +143,16 @@ def run_finished(run_dir: str, recorded: dict[str, Any] | None = None) -> bool:
     (:data:`marl.run.rundir.FINISHED_MARKER`, written last by marl.train). A run trained before
     the marker existed counts when it holds ``eval.json`` and ``recorded`` (its status.json
     entry) says a compare saw it finish. eval.json alone is not enough: ``python -m
-    marl.evaluate --update-run`` writes it into interrupted runs too."""
-    if os.path.isfile(os.path.join(run_dir, FINISHED_MARKER)):
-        return True
+    marl.evaluate --update-run`` writes it into interrupted runs too. A seed of a ``--seeds``
+    batch that stopped on a non-finite value has a finished.json saying ``"stopped"``: not
+    finished (a single-seed run that stops so writes none)."""
+    marker = os.path.join(run_dir, FINISHED_MARKER)
+    if os.path.isfile(marker):
+        try:
+            with open(marker) as fh:
+                return "stopped" not in json.load(fh)
+        except (OSError, ValueError):
+            return True  # a damaged marker still marks a run that trained to its end
     legacy = (recorded or {}).get("state") == "finished"
     return legacy and os.path.isfile(os.path.join(run_dir, "eval.json"))
 
