@@ -883,9 +883,7 @@ def main(argv: list[str] | None = None) -> int:
     if "-h" in argv or "--help" in argv:
         parser = build_parser()
         add_wandb_arguments(parser)
-        parser.add_argument_group(
-            "many seeds in one process (marl.run.train_seeds)"
-        ).add_argument(
+        parser.add_argument_group("many seeds in one process (marl.run.train_seeds)").add_argument(
             "--seeds",
             metavar="SPEC",
             help="Train several seeds as one batch through one rollout and one update "
