@@ -26,7 +26,7 @@ from marl.algos.mappo import MAPPO
 from marl.algos.seed_mappo import SeedMAPPO, _seed_everything
 from marl.core.losses import NonFiniteError
 from marl.run.config import ConfigError, TrainConfig, validate_config
-from marl.run.train_seeds import parse_seeds, seeds_invocation
+from marl.run.train_seeds import batch_seeds, parse_seeds, seeds_invocation
 from marl.train import main as train_main
 
 FAKE = "test_train_fakeenv:vector_env"
@@ -154,8 +154,7 @@ def test_cli_writes_a_complete_run_directory_per_seed_and_resumes_exactly(tmp_pa
 
     whole, part = str(tmp_path / "whole"), str(tmp_path / "part")
     assert train_main(cli(whole, "--seeds", "3,5", "--total-steps", "128")) == 0
-    with open(os.path.join(whole, "seeds.json")) as fh:
-        assert json.load(fh)["seeds"] == [3, 5]
+    assert batch_seeds(whole) == [3, 5]
     for seed in (3, 5):
         run = os.path.join(whole, f"seed_{seed}")
         for name in ("config.yaml", "metrics.jsonl", "eval.json", "finished.json", "policy"):

@@ -4,9 +4,10 @@ The seeds are batched through one rollout and one update (:class:`marl.algos.see
 SeedMAPPO`); each seed still gets a complete run directory, ``RUN_DIR/seed_<k>/``, exactly as
 a single-seed run writes it (config.yaml with its own seed, metrics.jsonl, checkpoints,
 policy/, eval.json, plots, finished.json), so ``marl.evaluate``, ``load_policy``,
-``marl.export`` and ``marl.compare`` read each one as a single run, and a plain ``--resume
-RUN_DIR/seed_<k>`` continues that seed alone. ``RUN_DIR/seeds.json`` lists the batch;
-``--resume RUN_DIR`` continues the whole batch from the newest update every seed holds a
+``marl.export`` and ``marl.compare`` read each one as a single run (compare's own layout,
+``OUT/runs/<variant>/seed_<k>``, is a batch directory per variant), and a plain ``--resume
+RUN_DIR/seed_<k>`` continues that seed alone. ``--resume RUN_DIR`` continues every seed run
+in RUN_DIR (``--seeds`` picks some of them) from the newest update all of them hold a
 checkpoint of.
 
 Budgets are the batch's: every seed trains the same env steps; ``--max-time`` and
@@ -78,7 +79,6 @@ from marl.run.train import (
 )
 
 __all__ = [
-    "SEEDS_FILE",
     "batch_seeds",
     "is_seed_batch",
     "parse_seeds",
@@ -86,9 +86,6 @@ __all__ = [
     "seeds_invocation",
     "train_seeds",
 ]
-
-#: the file in a batch's directory that lists its seeds
-SEEDS_FILE = "seeds.json"
 
 
 def parse_seeds(spec: str) -> list[int]:
@@ -123,15 +120,22 @@ def seed_dir(run_dir: str, seed: int) -> str:
     return os.path.join(run_dir, f"seed_{seed}")
 
 
-def is_seed_batch(run_dir: str) -> bool:
-    """Whether ``run_dir`` holds a seed batch (its :data:`SEEDS_FILE`)."""
-    return os.path.isfile(os.path.join(run_dir, SEEDS_FILE))
-
-
 def batch_seeds(run_dir: str) -> list[int]:
-    """The seeds of the batch in ``run_dir``."""
-    with open(os.path.join(run_dir, SEEDS_FILE)) as fh:
-        return [int(s) for s in json.load(fh)["seeds"]]
+    """The seeds of the batch in ``run_dir``: those with a run directory ``seed_<k>/``
+    holding a config.yaml, in order ([] when ``run_dir`` holds none, or is itself a run)."""
+    if not os.path.isdir(run_dir) or os.path.isfile(os.path.join(run_dir, "config.yaml")):
+        return []
+    seeds = []
+    for name in os.listdir(run_dir):
+        config = os.path.join(run_dir, name, "config.yaml")
+        if name.startswith("seed_") and name[5:].isdigit() and os.path.isfile(config):
+            seeds.append(int(name[5:]))
+    return sorted(seeds)
+
+
+def is_seed_batch(run_dir: str) -> bool:
+    """Whether ``run_dir`` holds seed runs ``seed_<k>/`` of a batch (and is no run itself)."""
+    return bool(batch_seeds(run_dir))
 
 
 def seeds_invocation(argv: list[str]) -> tuple[list[int], list[str], str | None] | None:
@@ -167,8 +171,12 @@ def seeds_invocation(argv: list[str]) -> tuple[list[int], list[str], str | None]
         raise ConfigError("--seeds and --seed exclude each other: give one of them")
     seeds = parse_seeds(spec) if spec is not None else batch_seeds(resumed)
     if resumed is not None:
-        if spec is not None and seeds != batch_seeds(resumed):
-            raise ConfigError(f"--resume {resumed!r}: the batch has seeds {batch_seeds(resumed)}")
+        missing = sorted(set(seeds) - set(batch_seeds(resumed)))
+        if missing:
+            raise ConfigError(
+                f"--resume {resumed!r}: no run of seeds {missing} there (it holds seeds "
+                f"{batch_seeds(resumed)})"
+            )
         first = seed_dir(resumed, seeds[0])
         rest = [first if a == resumed else a.replace(f"--resume={resumed}", f"--resume={first}")
                 for a in rest]  # fmt: skip
@@ -227,19 +235,17 @@ def train_seeds(
     cfg.run_dir = root
     runs = [RunDir(seed_dir(root, s)) for s in seeds]
     if options.resuming:
-        if not is_seed_batch(root):
-            raise RunDirError(f"--resume {root!r}: no seed batch there (no {SEEDS_FILE})")
-        if batch_seeds(root) != seeds:
-            raise ConfigError(f"--resume {root!r}: the batch has seeds {batch_seeds(root)}")
+        missing = sorted(set(seeds) - set(batch_seeds(root)))
+        if missing:
+            raise RunDirError(f"--resume {root!r}: no run of seeds {missing} there")
         if all(_finished(run, cfg) for run in runs):
             print(f"[marl.train] {root}: every seed finished within its budget: nothing to do",
                   file=sys.stderr)  # fmt: skip
             return [_read_json(run.eval_json) for run in runs]
     else:
-        if is_seed_batch(root) and not options.overwrite:
+        if os.path.isfile(os.path.join(root, "config.yaml")):
             raise RunDirError(
-                f"{root} holds a seed batch already; continue it with --resume {root} or "
-                "replace it with --overwrite"
+                f"{root} holds a single run; a seed batch needs a directory of its own"
             )
         for run in runs:
             run.check_new(options.overwrite)
@@ -254,7 +260,6 @@ def train_seeds(
         starts = [_Start(keep=keep) for _ in seeds]
     with contextlib.ExitStack() as held:
         os.makedirs(root, exist_ok=True)
-        atomic_write_json(os.path.join(root, SEEDS_FILE), {"seeds": seeds})
         for one, run in zip(cfgs, runs, strict=True):
             held.enter_context(run.claim(resume=options.resuming, overwrite=options.overwrite))
             atomic_write_text(run.config_yaml, yaml.safe_dump(config_to_dict(one), sort_keys=False))
