@@ -253,10 +253,44 @@ def _load_status(out: str) -> dict[str, Any]:
 
 @dataclass
 class _Active:
-    run: RunSpec
+    runs: list[RunSpec]  # the runs one process trains (several: a --seeds batch)
     handle: Any  # the launcher's handle of the running train command
     started: float
     mode: str
+    log_path: str
+
+
+def process_groups(
+    spec: CompareSpec, runs: list[RunSpec], states: list[str]
+) -> list[list[RunSpec]]:
+    """The pending ``runs`` (seed-major, with their ``states``) as the processes that train
+    them: one run each, or with ``spec.seeds_per_process`` S > 1 the new (or partial) runs
+    of a variant in batches of up to S consecutive seeds, batch c of every variant before
+    batch c + 1 (interleaved as the runs are); a resumable run continues alone."""
+    S = spec.seeds_per_process
+    if S <= 1:
+        return [[run] for run in runs]
+    alone = [run for run, state in zip(runs, states, strict=True) if state == "resumable"]
+    fresh: dict[str, list[RunSpec]] = {}
+    for run, state in zip(runs, states, strict=True):
+        if state != "resumable":
+            fresh.setdefault(run.variant, []).append(run)
+    batches: list[list[RunSpec]] = []
+    for c in range(max((len(v) for v in fresh.values()), default=0)):
+        for variant_runs in fresh.values():
+            chunk = variant_runs[c * S : (c + 1) * S]
+            if chunk:
+                batches.append(chunk)
+    return [[run] for run in alone] + batches
+
+
+def batch_train_args(runs: list[RunSpec]) -> list[str]:
+    """The train options of one process training ``runs`` (one variant) as a seed batch: the
+    runs' options without ``--seed`` / ``--run-dir``, then ``--seeds`` and the variant's
+    directory."""
+    keep = [a for a in runs[0].train_args if flag_name(a) not in ("--seed", "--run-dir")]
+    seeds = ",".join(str(run.seed) for run in runs)
+    return keep + [f"--seeds={seeds}", f"--run-dir={os.path.dirname(runs[0].run_dir)}"]
 
 
 def execute_runs(
@@ -280,15 +314,17 @@ def execute_runs(
 
     status = _load_status(spec.out)
     status_path = os.path.join(spec.out, "status.json")
-    pending: deque[RunSpec] = deque()
     finished_before = 0
+    pending_runs: list[RunSpec] = []
     for run in runs:
         if run_state(run, status) == "finished":
             finished_before += 1
             entry = status.setdefault(run.key, {})
             entry.update(state="finished", command=entry.get("command") or None)
         else:
-            pending.append(run)
+            pending_runs.append(run)
+    states = [run_state(run, status) for run in pending_runs]
+    pending: deque[list[RunSpec]] = deque(process_groups(spec, pending_runs, states))
     atomic_write_json(status_path, status)
     if not pending:
         return status
@@ -312,30 +348,40 @@ def execute_runs(
     def postfix() -> None:
         bar.set_postfix(running=len(active), left=len(pending), failed=failed, refresh=True)
 
-    def start(run: RunSpec) -> _Active:
-        # a run orphaned by a killed compare may still be finishing its update and writing
-        # its checkpoint (it holds RUN_DIR/.lock): wait for it, then resume from that
-        wait_for_run_dir(
-            run.run_dir,
-            on_wait=lambda: print(
-                f"waiting for {run.key}: a previous process still writes {run.run_dir}",
-                file=sys.stderr,
-                flush=True,
-            ),
-        )
+    def start(group: list[RunSpec]) -> _Active:
+        for run in group:
+            # a run orphaned by a killed compare may still be finishing its update and
+            # writing its checkpoint (it holds RUN_DIR/.lock): wait for it, then resume
+            wait_for_run_dir(
+                run.run_dir,
+                on_wait=lambda run=run: print(
+                    f"waiting for {run.key}: a previous process still writes {run.run_dir}",
+                    file=sys.stderr,
+                    flush=True,
+                ),
+            )
+        run = group[0]
         state = run_state(run, status)
         argv = list(run.train_args)
+        log_path = run.log_path
         if state == "resumable":
             mode = "resume"
             argv.append(f"--resume={run.run_dir}")
         else:
             mode = "restart" if state == "partial" else "start"
-            if state == "partial":
-                shutil.rmtree(run.run_dir)
-        os.makedirs(os.path.dirname(run.log_path), exist_ok=True)
+            for member in group:
+                if run_state(member, status) == "partial":
+                    shutil.rmtree(member.run_dir)
+            if len(group) > 1:
+                mode = f"{mode} (seeds {','.join(str(r.seed) for r in group)} in one process)"
+                argv = batch_train_args(group)
+                log_path = os.path.join(
+                    os.path.dirname(run.log_path), f"seeds_{group[0].seed}-{group[-1].seed}.log"
+                )
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
         os.makedirs(os.path.dirname(run.run_dir), exist_ok=True)
         command = spec.train_command + argv
-        with open(run.log_path, "a") as log:
+        with open(log_path, "a") as log:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             log.write(f"=== marl.compare {mode} {stamp}: {shlex.join(command)}\n")
         child_env = env
@@ -344,51 +390,58 @@ def execute_runs(
             n = m[-1].split("=", 1)[1]
             if n.isdigit() and int(n) > 0:
                 child_env = {**env, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
-        handle = launcher.start(command, child_env, run.log_path)
-        entry = status.setdefault(run.key, {})
-        entry.update(
-            state="running",
-            mode=mode,
-            command=shlex.join(command),
-            attempts=int(entry.get("attempts", 0)) + 1,
-            log=os.path.relpath(run.log_path, spec.out),
-            launcher=launcher.name,
-        )
+        handle = launcher.start(command, child_env, log_path)
+        for member in group:
+            entry = status.setdefault(member.key, {})
+            entry.update(
+                state="running",
+                mode=mode,
+                command=shlex.join(command),
+                attempts=int(entry.get("attempts", 0)) + 1,
+                log=os.path.relpath(log_path, spec.out),
+                launcher=launcher.name,
+            )
         atomic_write_json(status_path, status)
-        return _Active(run, handle, time.monotonic(), mode)
+        return _Active(group, handle, time.monotonic(), mode, log_path)
 
     def finish(item: _Active, returncode: int) -> None:
         nonlocal failed
         wall = time.monotonic() - item.started
-        entry = status[item.run.key]
-        entry.update(returncode=returncode, wall_s=round(wall, 3))
-        # exit 0 is a finished run (marl.train's contract); the marker or eval.json shows it
-        # trained here (a --train-command may not write the marker)
-        done = run_finished(item.run.run_dir, {"state": "finished"})
-        if returncode == 0 and done:
-            entry.update(state="finished", error=None)
-            msg = f"done   {item.run.key} ({item.mode}) in {wall:.1f}s"
-        else:
-            failed += 1
-            reason = (
-                f"exit code {returncode}" if returncode != 0 else "exit code 0 but no eval.json"
-            )
-            entry.update(state="failed", error=f"{reason}\n{_log_tail(item.run.log_path)}")
-            msg = f"FAILED {item.run.key} ({reason}); log: {item.run.log_path}"
+        for run in item.runs:
+            entry = status[run.key]
+            entry.update(returncode=returncode, wall_s=round(wall, 3))
+            # exit 0 is a finished run (marl.train's contract); the marker or eval.json shows
+            # it trained here (a --train-command may not write the marker; a seed of a batch
+            # that stopped on a non-finite value has a marker saying so: not finished)
+            done = run_finished(run.run_dir, {"state": "finished"})
+            if returncode == 0 and done:
+                entry.update(state="finished", error=None)
+                msg = f"done   {run.key} ({item.mode}) in {wall:.1f}s"
+            else:
+                failed += 1
+                reason = (
+                    f"exit code {returncode}"
+                    if returncode != 0
+                    else "exit code 0 but not finished (no eval.json, or stopped)"
+                )
+                entry.update(state="failed", error=f"{reason}\n{_log_tail(item.log_path)}")
+                msg = f"FAILED {run.key} ({reason}); log: {item.log_path}"
+            bar.update(1)
+            if progress:
+                bar.write(msg)
+            else:
+                print(msg, file=sys.stderr, flush=True)
         atomic_write_json(status_path, status)
-        bar.update(1)
-        if progress:
-            bar.write(msg)
-        else:
-            print(msg, file=sys.stderr, flush=True)
 
     def stop_all() -> None:
         for item in active:  # recorded first: a launcher that never returns may end compare
-            status[item.run.key].update(state="interrupted", returncode=None)
+            for run in item.runs:
+                status[run.key].update(state="interrupted", returncode=None)
         atomic_write_json(status_path, status)
         codes = launcher.stop([item.handle for item in active], STOP_GRACE_S)
         for item, code in zip(active, codes, strict=True):
-            status[item.run.key].update(returncode=code)
+            for run in item.runs:
+                status[run.key].update(returncode=code)
         atomic_write_json(status_path, status)
 
     # Ctrl-C and SIGTERM raise KeyboardInterrupt, and are remembered: Ray may swallow the
@@ -643,6 +696,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"Validation episodes of every run's final evaluation, the primary endpoint "
         f"(default {FINAL_EVAL_EPISODES}; 0: the runs' own --eval-episodes).",
+    )
+    p.add_argument(
+        "--seeds-per-process",
+        type=int,
+        default=1,
+        metavar="S",
+        help="Train up to S seeds of a variant in one process (marl.train --seeds: one "
+        "batched rollout and update; seed k's results equal a batch of one bit for bit). "
+        "Needs --total-steps and MAPPO. A resumed run continues alone. Default 1: a process "
+        "per run.",
     )
     protocol.add_argument(
         "--pilot",

@@ -123,6 +123,9 @@ class CompareSpec:
     allow_mixed_code: bool = False
     """Aggregate runs of different git commits (the report says so)."""
     pilot: bool = False
+    seeds_per_process: int = 1
+    """Seeds of one variant trained by one process (``marl.train --seeds``, batched through
+    one rollout and one update); 1: a process per run."""
     """Run a design that cannot show anything (too few seeds for its comparisons)."""
 
     def primary_comparisons(self) -> list[tuple[str, str]]:
@@ -406,7 +409,45 @@ def build_spec(args: argparse.Namespace) -> CompareSpec:
         if name == baseline:
             raise CompareError(f"--comparison {text!r}: a variant cannot be compared with itself")
         spec.comparisons.append((name, baseline))
+    per_process = getattr(args, "seeds_per_process", None)
+    spec.seeds_per_process = 1 if per_process is None else int(per_process)
+    _check_seeds_per_process(spec)
     return spec
+
+
+#: options whose runs ``marl.train --seeds`` cannot batch
+_UNBATCHED = {"--tbptt-chunk": "truncated BPTT", "--optimism-offset": "the optimism offset"}
+
+
+def _check_seeds_per_process(spec: CompareSpec) -> None:
+    """``--seeds-per-process S > 1``: every variant must be batchable (MAPPO, no option the
+    batch refuses) and the budget env steps (a time budget would be the batch's)."""
+    S = spec.seeds_per_process
+    if S < 1:
+        raise CompareError(f"--seeds-per-process must be >= 1, got {S}")
+    if S == 1:
+        return
+    if spec.total_steps is None or spec.max_time is not None or spec.max_cpu_time is not None:
+        raise CompareError(
+            "--seeds-per-process > 1 needs an env-step budget (--total-steps) and no "
+            "--max-time / --max-cpu-time: a batch's time is shared by its seeds"
+        )
+    for v in spec.variants:
+        args = spec.common + v.args
+        algo = spec.algo
+        for i, token in enumerate(args):
+            if flag_name(token) == "--algo":
+                algo = token.split("=", 1)[1] if "=" in token else args[i + 1]
+            if flag_name(token) in _UNBATCHED:
+                raise CompareError(
+                    f"--seeds-per-process {S}: variant {v.name!r} sets {flag_name(token)} "
+                    f"({_UNBATCHED[flag_name(token)]}), which marl.train --seeds does not batch"
+                )
+        if algo != "mappo":
+            raise CompareError(
+                f"--seeds-per-process {S}: variant {v.name!r} trains {algo}; marl.train "
+                "--seeds batches MAPPO only so far (use --seeds-per-process 1)"
+            )
 
 
 def check_design(spec: CompareSpec) -> str | None:
