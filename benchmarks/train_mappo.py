@@ -28,6 +28,19 @@ Peak memory of one long-window update (a fresh process per rollout length T = se
     python benchmarks/train_mappo.py memory [--lengths 512 1024 2048] [--backbone mamba] \
         [--num-envs 8] [-- extra train flags]
 
+Many seeds at once (issue 37): training throughput of :class:`marl.algos.seed_mappo.SeedMAPPO`
+with seeds 0..S-1 batched in one process, for each S of ``--sizes`` (S=1 always), as
+agent-steps/s summed over the seeds (S * T * E * agents * updates / seconds), per seed, the
+ratio to S=1, agent-steps per CPU-second and peak RSS; each run in a fresh process (so a size's
+RSS is its own), one warm-up iteration and ``--updates`` timed ones, ``--rounds`` rounds with
+the sizes' order alternating, medians. Today's single-seed trainer
+(:class:`marl.algos.mappo.MAPPO`, seed 0, same flags) runs back to back with S=1 in every
+round: the ratio "S=1 new / single-seed MAPPO" (target >= 0.9). Then the phase profile
+(``time/collect_s``, ``time/update_s``) of the largest S <= 16::
+
+    python benchmarks/train_mappo.py seeds [--backbone mlp] [--sizes 1 4 16 64] \
+        [--updates 3] [--rounds 2] [--threads 1] [-- extra train flags, e.g. --env.preset memory]
+
 numba's thread pool is sized to ``--threads`` (``NUMBA_NUM_THREADS``, unless already set in
 the environment) before anything imports numba: with a pool larger than the threads torch
 uses, every parallel kernel of a rollout step hands its work to a pool thread, and on a
@@ -161,16 +174,23 @@ def _median(xs: list[float]) -> float:
     return float(np.median(xs)) if xs else float("nan")
 
 
-def _make_algo(backbone: str, extra: list[str], threads: int, *more: str):
-    from marl.algos.mappo import MAPPO
+def _train_config(backbone: str, extra: list[str], threads: int, *more: str):
+    """The validated train config of ``--backbone backbone`` with ``more`` and then ``extra``
+    (the flags after ``--``, which override) as ``python -m marl.train`` would build it."""
     from marl.run.config import parse_cli
-    from marl.run.train import configure_process
 
-    cfg = parse_cli(
+    return parse_cli(
         ["--backbone", backbone, "--progress", "false", "--torch-threads", str(threads)]
         + list(more)
         + list(extra)
     )
+
+
+def _make_algo(backbone: str, extra: list[str], threads: int, *more: str):
+    from marl.algos.mappo import MAPPO
+    from marl.run.train import configure_process
+
+    cfg = _train_config(backbone, extra, threads, *more)
     configure_process(cfg)  # as the trainer does (the first call decides numba's layer)
     return MAPPO(cfg, None)
 
@@ -307,6 +327,243 @@ def memory(args: argparse.Namespace) -> None:
         )
 
 
+# ---- seeds: multi-seed training throughput of marl.algos.seed_mappo.SeedMAPPO ------------
+
+#: the child that runs today's single-seed trainer (marl.algos.mappo.MAPPO) as the reference
+_REFERENCE = "mappo"
+
+
+_SEEDS_HELP = """\
+Training throughput of marl.algos.seed_mappo.SeedMAPPO (python -m marl.train --seeds): seeds
+0..S-1 trained together in one process, for each S of --sizes.
+
+For each S a fresh process (this script, hidden option --child S) builds SeedMAPPO with one
+config per seed (the train flags after --, seed k for seed k), runs one untimed warm-up
+iteration (numba kernels, buffers) and then --updates timed iterations (one rollout of T x E
+env steps per seed and the update on it). Today's single-seed trainer, marl.algos.mappo.MAPPO
+with the same flags and seed 0, runs the same way in its own process, back to back with S=1.
+--rounds rounds go over all runs, the order of the sizes alternating (small to large, then
+large to small), and the figures are medians over the rounds.
+
+Printed (stdout; progress per run on stderr):
+  table, one row per S:
+    agent-steps/s   summed over the seeds: S * T * E * agents * updates / wall seconds
+    per seed/s      the same divided by S
+    x S=1           agent-steps/s relative to S=1 (what batching S seeds buys)
+    per cpu-s       agent-steps per CPU second of the process (all its threads): less
+                    sensitive than wall time to other jobs on a shared machine
+    peak RSS MiB    ru_maxrss of the run's process at its end (that S alone)
+  the single-seed MAPPO reference, and the ratio S=1 new / single-seed MAPPO (median of the
+  rounds' back-to-back pairs, wall and cpu; target >= 0.9);
+  phase profile: seconds per iteration in the rollout (time/collect_s), the update
+  (time/update_s) and the rest, mean over the timed iterations, for the single-seed MAPPO,
+  S=1 and the largest S <= 16.
+
+torch runs --threads intra-op threads; numba's pool is sized to --threads unless
+NUMBA_NUM_THREADS is set (see the module docstring: python benchmarks/train_mappo.py -h).
+
+example:
+  python benchmarks/train_mappo.py seeds --sizes 1 4 16 --updates 3 --rounds 2
+  python benchmarks/train_mappo.py seeds --backbone gru --sizes 1 4 16 --updates 2 \\
+      --rounds 1 -- --env.preset memory
+"""
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid value {value}: must be an integer >= 1")
+    return value
+
+
+def _seeds_config(args: argparse.Namespace):
+    """The train config of the ``seeds`` subcommand (seed 0), from its flags."""
+    return _train_config(args.backbone, args.extra, args.threads)
+
+
+def _check_seeds_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse, as argparse errors, what the children would fail on only after minutes."""
+    for flag in args.extra:
+        if flag.split("=", 1)[0] in ("--seed", "--seeds", "--resume"):
+            parser.error(f"{flag.split('=', 1)[0]} after --: the seeds are 0..S-1 for each S")
+    from marl.algos.seed_mappo import unsupported_with_seeds
+    from marl.run.config import ConfigError
+
+    try:
+        cfg = _seeds_config(args)
+    except ConfigError as exc:
+        parser.error(f"extra train flags after --: {exc}")
+    problems = unsupported_with_seeds(cfg)
+    if problems:
+        parser.error("; ".join(problems))
+
+
+def _seeds_child(args: argparse.Namespace) -> None:
+    """One run in this (fresh) process: ``--child S`` trains seeds 0..S-1 with SeedMAPPO,
+    ``--child mappo`` seed 0 with the single-seed MAPPO; one warm-up iteration, then
+    ``--updates`` timed ones; prints one JSON line with the figures."""
+    import copy
+    import resource
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from marl.run.train import _seed_everything, configure_process
+
+    cfg = _seeds_config(args)
+    cfg.seed = 0
+    configure_process(cfg)  # as the trainer does: numba's layer, glibc's thresholds
+    if args.child == _REFERENCE:
+        from marl.algos.mappo import MAPPO
+
+        S = 1
+        _seed_everything(cfg.seed)  # as marl.run.train seeds a single-seed run
+        algo = MAPPO(cfg, None)
+
+        def iteration(progress: float) -> list[dict[str, float]]:
+            return [algo.iteration(progress)]
+    else:
+        from marl.algos.seed_mappo import SeedMAPPO
+
+        S = int(args.child)
+        cfgs = []
+        for k in range(S):
+            one = copy.copy(cfg)  # as marl.run.train_seeds builds seed k's config
+            one.seed = k
+            cfgs.append(one)
+        algo = SeedMAPPO(cfgs, "cpu")
+        iteration = algo.iteration
+    built = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB (Linux: KiB)
+    planned = args.updates + 1
+    iteration(0.0)  # warm-up: numba kernels loaded, buffers allocated
+    wall = cpu = collect = update = 0.0
+    for i in range(1, planned):
+        t, c = time.perf_counter(), time.process_time()
+        rows = iteration(i / planned)
+        wall += time.perf_counter() - t
+        cpu += time.process_time() - c
+        row = next((r for r in rows if r), {})  # a seed that stopped returns {}
+        collect += row.get("time/collect_s", float("nan"))
+        update += row.get("time/update_s", float("nan"))
+    n_agents = algo.layout.n_agents
+    steps = S * cfg.rollout_steps * cfg.num_envs * n_agents * args.updates
+    out = {
+        "run": args.child,
+        "S": S,
+        "sps": steps / wall,
+        "cpu_sps": steps / cpu,
+        "iteration_s": wall / args.updates,
+        "collect_s": collect / args.updates,
+        "update_s": update / args.updates,
+        "rss_built_mib": built,
+        "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "E": cfg.num_envs,
+        "T": cfg.rollout_steps,
+        "n_agents": n_agents,
+        "backbone": cfg.backbone,
+        "env": cfg.env or "small preset",
+        "parallel_update": bool(cfg.parallel_update),
+        "numba_threads": os.environ.get("NUMBA_NUM_THREADS"),
+    }
+    print(json.dumps(out), flush=True)
+
+
+def _run_seeds_child(args: argparse.Namespace, run: str) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "seeds", "--child", run,
+           "--backbone", args.backbone, "--updates", str(args.updates),
+           "--threads", str(args.threads), "--", *args.extra]  # fmt: skip
+    t = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if out.returncode != 0:
+        tail = "\n".join(out.stderr.strip().splitlines()[-20:])
+        raise SystemExit(f"seeds: the run {run!r} failed (exit {out.returncode}):\n{tail}")
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    print(
+        f"  {'S=' + run if run != _REFERENCE else 'single-seed MAPPO':<18}"
+        f"{row['sps']:>12,.0f} agent-steps/s  {row['rss_mib']:>7.0f} MiB  "
+        f"({time.perf_counter() - t:.0f}s with start-up)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return row
+
+
+def seeds(args: argparse.Namespace) -> None:
+    """Multi-seed throughput of SeedMAPPO per S, each run in a fresh process (peak RSS of that
+    S alone), rounds alternating the order of the sizes, medians over the rounds; today's
+    single-seed MAPPO back to back with S=1 in every round."""
+    sizes = sorted(set(args.sizes) | {1})  # S=1 is the reference of the ratios
+    runs = [_REFERENCE, *(str(s) for s in sizes)]
+    rows: dict[str, list[dict]] = {run: [] for run in runs}
+    for round_ in range(args.rounds):
+        # even rounds small to large, odd rounds large to small: the reference and S=1
+        # stay back to back, and a drift of the machine's load hits every size alike
+        order = runs if round_ % 2 == 0 else runs[::-1]
+        print(f"round {round_ + 1}/{args.rounds}:", file=sys.stderr, flush=True)
+        for run in order:
+            rows[run].append(_run_seeds_child(args, run))
+
+    def med(run: str, key: str) -> float:
+        return _median([r[key] for r in rows[run]])
+
+    first = rows["1"][0]
+    print(
+        f"seeds: SeedMAPPO, seeds 0..S-1 in one process; backbone={first['backbone']} "
+        f"E={first['E']} T={first['T']} agents={first['n_agents']} env={first['env']} "
+        f"parallel_update={first['parallel_update']}; torch threads={args.threads} numba "
+        f"threads={first['numba_threads']}; {args.updates} timed iterations after 1 warm-up, "
+        f"a fresh process per run, {args.rounds} round(s), medians; extra flags "
+        f"{' '.join(args.extra) or 'none'}"
+    )
+    print(
+        f"{'S':>5}{'agent-steps/s':>15}{'per seed/s':>12}{'x S=1':>8}"
+        f"{'per cpu-s':>12}{'peak RSS MiB':>14}"
+    )
+    base = med("1", "sps")
+    for s in sizes:
+        sps = med(str(s), "sps")
+        print(
+            f"{s:>5}{sps:>15,.0f}{sps / s:>12,.0f}{sps / base:>8.2f}"
+            f"{med(str(s), 'cpu_sps'):>12,.0f}{med(str(s), 'rss_mib'):>14.0f}"
+        )
+    paired = [n["sps"] / r["sps"] for n, r in zip(rows["1"], rows[_REFERENCE], strict=True)]
+    paired_cpu = [
+        n["cpu_sps"] / r["cpu_sps"] for n, r in zip(rows["1"], rows[_REFERENCE], strict=True)
+    ]
+    print(
+        f"single-seed MAPPO (marl.algos.mappo.MAPPO, seed 0): {med(_REFERENCE, 'sps'):,.0f} "
+        f"agent-steps/s, {med(_REFERENCE, 'cpu_sps'):,.0f} per cpu-s, peak RSS "
+        f"{med(_REFERENCE, 'rss_mib'):.0f} MiB"
+    )
+    print(
+        f"ratio S=1 new / single-seed MAPPO: {_median(paired):.3f} wall, "
+        f"{_median(paired_cpu):.3f} cpu (median of the rounds' back-to-back pairs; "
+        f"target >= 0.9)"
+    )
+    profiled = max(s for s in sizes if s <= 16)
+    print(
+        f"\nphase profile: seconds per iteration (time/collect_s, time/update_s of the "
+        f"metrics), mean over the timed iterations, median over the rounds; S={profiled} is "
+        f"the largest S <= 16"
+    )
+    print(
+        f"{'run':<18}{'iteration':>10}{'collect':>9}{'update':>9}{'other':>8}"
+        f"{'collect%':>10}{'update%':>9}{'collect/seed':>14}{'update/seed':>13}"
+    )
+    for run in dict.fromkeys([_REFERENCE, "1", str(profiled)]):
+        it, co, up = med(run, "iteration_s"), med(run, "collect_s"), med(run, "update_s")
+        S = rows[run][0]["S"]
+        label = "single-seed MAPPO" if run == _REFERENCE else f"S={run}"
+        print(
+            f"{label:<18}{it:>10.3f}{co:>9.3f}{up:>9.3f}{it - co - up:>8.3f}"
+            f"{co / it:>10.0%}{up / it:>9.0%}{co / S:>14.4f}{up / S:>13.4f}"
+        )
+
+
 def learn(args: argparse.Namespace) -> None:
     from envs.baselines import evaluate_baseline
     from marl.run.runlog import read_metrics
@@ -433,6 +690,48 @@ def main() -> None:
     mp.add_argument("--threads", type=int, default=1)
     mp.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     mp.add_argument("extra", nargs="*", help="extra train flags after --")
+    sp = sub.add_parser(
+        "seeds",
+        help="multi-seed training throughput of SeedMAPPO (issue 37)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_SEEDS_HELP,
+    )
+    sp.add_argument("--backbone", default="mlp", help="actor backbone (default: mlp)")
+    sp.add_argument(
+        "--sizes",
+        type=_positive_int,
+        nargs="+",
+        default=[1, 4, 16, 64],
+        metavar="S",
+        help="numbers of seeds trained together, each >= 1; S=1 is always measured (the "
+        "ratios' reference) (default: 1 4 16 64)",
+    )
+    sp.add_argument(
+        "--updates",
+        type=_positive_int,
+        default=3,
+        help="timed iterations (rollout + update) per run, after one untimed warm-up (default: 3)",
+    )
+    sp.add_argument(
+        "--rounds",
+        type=_positive_int,
+        default=2,
+        help="rounds over all sizes and the single-seed reference, a fresh process per run; "
+        "the table gives medians over the rounds (default: 2)",
+    )
+    sp.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=1,
+        help="torch intra-op threads and numba's pool size (default: 1)",
+    )
+    sp.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    sp.add_argument(
+        "extra",
+        nargs="*",
+        help="train flags of python -m marl.train after --, e.g. -- --env.preset memory "
+        "--num-envs 32 (not --seed/--seeds: the seeds are 0..S-1)",
+    )
     lp = sub.add_parser("learn")
     lp.add_argument("--max-time", type=float, default=900)
     lp.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -449,10 +748,16 @@ def main() -> None:
     args = p.parse_args()
     # numba's pool sized before anything imports numba (see the module docstring)
     size_numba_pool([f"--torch-threads={getattr(args, 'threads', 1)}"])
+    if args.cmd == "seeds":
+        if args.child is not None:
+            _seeds_child(args)
+            return
+        _check_seeds_args(sp, args)
     if args.cmd == "memory":
         (_memory_child if args.child else memory)(args)
         return
-    {"throughput": throughput, "backbones": backbones, "learn": learn}[args.cmd](args)
+    commands = {"throughput": throughput, "backbones": backbones, "seeds": seeds, "learn": learn}
+    commands[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,67 @@
+"""benchmarks/train_mappo.py seeds (issue 37): the multi-seed throughput table's structure.
+
+One tiny run (S = 1 and 2, one timed iteration, one round, 2 envs x 8 steps, width 8) in a
+subprocess, as a user runs it: one table row per size with positive figures, the single-seed
+MAPPO reference and its ratio, the phase profile. It checks the output, not the speed (20-30 s
+on a loaded two-core machine: four processes, each importing torch). Argument errors are
+argparse errors before anything is built.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = str(ROOT / "benchmarks" / "train_mappo.py")
+TINY = ["--env.preset", "small", "--num-envs", "2", "--rollout-steps", "8",
+        "--hidden-dim", "8", "--critic-hidden-dim", "8"]  # fmt: skip
+HEADER = ["S", "agent-steps/s", "per", "seed/s", "x", "S=1", "per", "cpu-s", "peak", "RSS", "MiB"]
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def test_seeds_prints_one_row_per_size_with_positive_figures() -> None:
+    cmd = [sys.executable, SCRIPT, "seeds", "--sizes", "1", "2", "--updates", "1",
+           "--rounds", "1", "--", *TINY]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split() == HEADER)
+    rows = []
+    for line in lines[start + 1 :]:
+        if not re.match(r"\s*\d+\s", line):
+            break
+        rows.append(line.split())
+    assert [int(r[0]) for r in rows] == [1, 2]
+    for row in rows:
+        assert len(row) == 6, row
+        assert all(_number(x) > 0 for x in row[1:]), row
+    assert _number(rows[0][3]) == 1.0  # S=1 is the reference of the ratios
+    text = out.stdout
+    reference = re.search(r"single-seed MAPPO \(.*\): ([\d,]+) agent-steps/s", text)
+    assert reference and _number(reference.group(1)) > 0
+    ratio = re.search(r"ratio S=1 new / single-seed MAPPO: ([\d.]+) wall, ([\d.]+) cpu", text)
+    assert ratio and float(ratio.group(1)) > 0 and float(ratio.group(2)) > 0
+    assert "S=2 is the largest S <= 16" in text
+    profile = {line.split()[0]: line.split() for line in lines if line.startswith("S=")}
+    for label in ("S=1", "S=2"):
+        figures = [float(x.rstrip("%")) for x in profile[label][1:]]
+        assert len(figures) == 8 and figures[0] > 0 and figures[2] > 0, profile[label]
+    assert out.stderr.count("agent-steps/s") == 3  # progress: the reference, S=1, S=2
+
+
+def test_seeds_refuses_bad_input_with_an_argparse_error() -> None:
+    for bad, message in (
+        (["--sizes", "1", "0"], "argument --sizes: invalid value 0: must be an integer >= 1"),
+        (["--updates", "x"], "argument --updates: invalid value 'x': not an integer"),
+        (["--", "--seed", "3"], "--seed after --: the seeds are 0..S-1"),
+    ):
+        out = subprocess.run([sys.executable, SCRIPT, "seeds", *bad], capture_output=True,
+                             text=True, cwd=ROOT, timeout=120)  # fmt: skip
+        assert out.returncode == 2 and message in out.stderr, (bad, out.stderr)
+        assert "usage: train_mappo.py seeds" in out.stderr
