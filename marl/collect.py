@@ -47,6 +47,8 @@ __all__ = [
     "EpisodeTracker",
     "GroupBatch",
     "collect_group_episodes",
+    "GroupEpisodes",
+    "limit_of",
     "group_reset_seeds",
     "group_ids_for",
     "evaluate_episodes",
@@ -577,51 +579,98 @@ def collect_group_episodes(
         A :class:`GroupBatch`; ``episodes[e]`` is env e's episode record (returns by channel
         and the env's end-of-episode info metrics, as :class:`EpisodeTracker`).
     """
-    dev = torch.device(device)
-    if getattr(vec, "autoreset", False):
-        raise ValueError("collect_group_episodes needs a vector env built with autoreset=False")
-    reset_seeds = group_reset_seeds(seeds, group_size)
-    E = len(reset_seeds)
-    if int(vec.num_envs) != E:
-        raise ValueError(
-            f"vec.num_envs={vec.num_envs} but {len(seeds)} seeds x group_size {group_size} = {E}"
-        )
-    agents, types, N = layout.agents, layout.types, layout.n_agents
-    limit = int(max_steps if max_steps is not None else getattr(vec, "max_cycles", 100_000))
-    batcher = ObsBatcher(layout, dev)
-    tracker = EpisodeTracker(E, N)
-    obs, _ = vec.reset(seed=reset_seeds)
-    initial_state = torch.from_numpy(np.asarray(vec.state(), np.float32).copy()).to(dev)
-    state = policy.initial_state(E)
-    reset = torch.ones(E, dtype=torch.bool, device=dev)
-    alive = np.ones(E, bool)
-    terminated, truncated = np.zeros(E, bool), np.zeros(E, bool)
-    lengths = np.zeros(E, np.int64)
-    records: list[dict[str, float] | None] = [None] * E
-    steps: dict[str, list] = {
-        k: [] for k in ("obs", "mask", "actions", "logp", "team", "ind", "pen", "valid", "active")
-    }
-    t = 0
-    while alive.any():
-        if t >= limit:
-            raise RuntimeError(
-                f"{int(alive.sum())} env(s) still running after {limit} steps; the env must "
-                "end every episode by max_cycles (truncation)"
-            )
-        obs_t, mask_t = batcher(obs)
+    episodes = GroupEpisodes(vec, layout, seeds, group_size, device=device, max_steps=max_steps)
+    state = policy.initial_state(episodes.num_envs)
+    while not episodes.done:
+        obs_t, mask_t = episodes.observe()
         actions, logps, state = policy.act(
             obs_t,
             mask_t,
             state,
-            reset if policy.is_recurrent else None,
+            episodes.reset if policy.is_recurrent else None,
             generator=generator,
         )
+        episodes.step(obs_t, mask_t, actions, logps)
+    return episodes.batch()
+
+
+class GroupEpisodes:
+    """The episodes of one :func:`collect_group_episodes` call, step by step: reset ``vec``
+    with each of ``seeds`` repeated ``group_size`` times, then :meth:`observe` the envs,
+    :meth:`step` them with the policy's actions, until :attr:`done`; :meth:`batch` is the
+    :class:`GroupBatch`. ``marl.seed_collect`` steps the episodes of several seeds' envs with
+    one batched policy this way."""
+
+    def __init__(
+        self,
+        vec: Any,
+        layout: AgentLayout,
+        seeds: Sequence[int],
+        group_size: int,
+        *,
+        device: torch.device | str = "cpu",
+        max_steps: int | None = None,
+    ) -> None:
+        self.device = dev = torch.device(device)
+        if getattr(vec, "autoreset", False):
+            raise ValueError("collect_group_episodes needs a vector env built with autoreset=False")
+        self.reset_seeds = group_reset_seeds(seeds, group_size)
+        E = self.num_envs = len(self.reset_seeds)
+        if int(vec.num_envs) != E:
+            raise ValueError(
+                f"vec.num_envs={vec.num_envs} but {len(seeds)} seeds x group_size {group_size} "
+                f"= {E}"
+            )
+        self.vec, self.layout = vec, layout
+        self.num_groups, self.group_size = len(seeds), group_size
+        self.limit = limit_of(vec, max_steps)
+        self.batcher = ObsBatcher(layout, dev)
+        self.tracker = EpisodeTracker(E, layout.n_agents)
+        self.obs, _ = vec.reset(seed=self.reset_seeds)
+        self.initial_state = torch.from_numpy(np.asarray(vec.state(), np.float32).copy()).to(dev)
+        #: [E] bool: a new episode starts at this step (the first step only)
+        self.reset = torch.ones(E, dtype=torch.bool, device=dev)
+        self.alive = np.ones(E, bool)
+        self.terminated, self.truncated = np.zeros(E, bool), np.zeros(E, bool)
+        self.lengths = np.zeros(E, np.int64)
+        self.records: list[dict[str, float] | None] = [None] * E
+        self.steps: dict[str, list] = {
+            k: [] for k in ("obs", "mask", "actions", "logp", "team", "ind", "pen", "valid",
+                            "active")
+        }  # fmt: skip
+        self.t = 0
+
+    @property
+    def done(self) -> bool:
+        """Whether every env's episode has ended."""
+        return not self.alive.any()
+
+    def observe(self) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        """The policy's inputs of this step, per type ``[E, n_k, D_k]`` and masks; raises
+        RuntimeError past the step limit (an env that never ends breaks its contract)."""
+        if self.t >= self.limit:
+            raise RuntimeError(
+                f"{int(self.alive.sum())} env(s) still running after {self.limit} steps; the "
+                "env must end every episode by max_cycles (truncation)"
+            )
+        return self.batcher(self.obs)
+
+    def step(
+        self,
+        obs_t: dict[str, Tensor],
+        mask_t: dict[str, Tensor],
+        actions: dict[str, Tensor],
+        logps: dict[str, Tensor],
+    ) -> None:
+        """Record this step's inputs and the policy's actions, and step the envs."""
+        agents, E, steps, alive = self.layout.agents, self.num_envs, self.steps, self.alive
         steps["obs"].append(obs_t)
         steps["mask"].append(mask_t)
         steps["actions"].append(actions)
         steps["logp"].append(logps)
         steps["valid"].append(alive.copy())
-        obs, rewards, terms, truncs, infos = vec.step(batcher.actions_to_env(actions))
+        obs, rewards, terms, truncs, infos = self.vec.step(self.batcher.actions_to_env(actions))
+        self.obs = obs
         team, ind, pen = reward_channels(infos, agents)
         team, ind, pen = team * alive, ind * alive[:, None], pen * alive[:, None]
         steps["team"].append(team)
@@ -633,7 +682,7 @@ def collect_group_episodes(
         ended = (te | tr) & alive
         for i, rec in zip(
             np.flatnonzero(ended),
-            tracker.step(
+            self.tracker.step(
                 team,
                 ind,
                 pen,
@@ -644,38 +693,48 @@ def collect_group_episodes(
             ),
             strict=True,
         ):
-            records[i] = rec
-        terminated |= te & ended
-        truncated |= tr & ended
-        lengths[ended] = t + 1
+            self.records[i] = rec
+        self.terminated |= te & ended
+        self.truncated |= tr & ended
+        self.lengths[ended] = self.t + 1
         alive &= ~ended
-        reset = torch.zeros(E, dtype=torch.bool, device=dev)
-        t += 1
+        self.reset = torch.zeros(E, dtype=torch.bool, device=self.device)
+        self.t += 1
 
-    def stack_typed(key: str) -> dict[str, Tensor]:
-        return {tp.name: torch.stack([s[tp.name] for s in steps[key]]) for tp in types}
+    def batch(self) -> GroupBatch:
+        """The episodes collected, ``T`` = the longest one's length."""
+        dev, types, steps = self.device, self.layout.types, self.steps
 
-    def to_t(arrays: list, dtype: torch.dtype) -> Tensor:
-        return torch.from_numpy(np.stack(arrays)).to(device=dev, dtype=dtype)
+        def stack_typed(key: str) -> dict[str, Tensor]:
+            return {tp.name: torch.stack([s[tp.name] for s in steps[key]]) for tp in types}
 
-    return GroupBatch(
-        obs=stack_typed("obs"),
-        mask=stack_typed("mask"),
-        actions=stack_typed("actions"),
-        logp=stack_typed("logp"),
-        reward_team=to_t(steps["team"], torch.float32),
-        reward_individual=to_t(steps["ind"], torch.float32),
-        reward_penalty=to_t(steps["pen"], torch.float32),
-        valid=to_t(steps["valid"], torch.bool),
-        active=to_t(steps["active"], torch.bool),
-        lengths=torch.from_numpy(lengths).to(dev),
-        terminated=torch.from_numpy(terminated).to(dev),
-        truncated=torch.from_numpy(truncated).to(dev),
-        group_ids=group_ids_for(len(seeds), group_size, dev),
-        seeds=reset_seeds,
-        initial_state=initial_state,
-        episodes=[r for r in records if r is not None],
-    )
+        def to_t(arrays: list, dtype: torch.dtype) -> Tensor:
+            return torch.from_numpy(np.stack(arrays)).to(device=dev, dtype=dtype)
+
+        return GroupBatch(
+            obs=stack_typed("obs"),
+            mask=stack_typed("mask"),
+            actions=stack_typed("actions"),
+            logp=stack_typed("logp"),
+            reward_team=to_t(steps["team"], torch.float32),
+            reward_individual=to_t(steps["ind"], torch.float32),
+            reward_penalty=to_t(steps["pen"], torch.float32),
+            valid=to_t(steps["valid"], torch.bool),
+            active=to_t(steps["active"], torch.bool),
+            lengths=torch.from_numpy(self.lengths).to(dev),
+            terminated=torch.from_numpy(self.terminated).to(dev),
+            truncated=torch.from_numpy(self.truncated).to(dev),
+            group_ids=group_ids_for(self.num_groups, self.group_size, dev),
+            seeds=self.reset_seeds,
+            initial_state=self.initial_state,
+            episodes=[r for r in self.records if r is not None],
+        )
+
+
+def limit_of(vec: Any, max_steps: int | None = None) -> int:
+    """The episode-length cap of a group collection: ``max_steps``, else the env's
+    ``max_cycles``, else 100,000."""
+    return int(max_steps if max_steps is not None else getattr(vec, "max_cycles", 100_000))
 
 
 # ---------------------------------------------------------------- evaluation

@@ -58,6 +58,8 @@ from torch import Tensor
 
 from marl.collect import (
     EpisodeTracker,
+    GroupBatch,
+    GroupEpisodes,
     ObsBatcher,
     RolloutBatch,
     agent_activity,
@@ -65,10 +67,16 @@ from marl.collect import (
     reward_channels,
 )
 from marl.envapi import VectorEnv
-from marl.policies import AgentLayout
+from marl.policies import AgentLayout, neg_gumbel_noise
 from marl.seed_policies import SeedMultiAgentPolicy, seed_neg_gumbel_noise
 
-__all__ = ["SEED_ALIGN", "SeedRolloutBatch", "SeedRolloutCollector", "SeedValueFn"]
+__all__ = [
+    "SEED_ALIGN",
+    "SeedRolloutBatch",
+    "SeedRolloutCollector",
+    "SeedValueFn",
+    "collect_seed_group_episodes",
+]
 
 #: the seed stride, in float32 elements, of the blocks the collector hands to the critic
 SEED_ALIGN = 16
@@ -502,3 +510,69 @@ class SeedRolloutCollector:
         for tracker, state in zip(self.trackers, d["trackers"], strict=True):
             tracker.load_state_dict(state)
         return True
+
+
+@torch.no_grad()
+def collect_seed_group_episodes(
+    vecs: Sequence[VectorEnv | None],
+    layout: AgentLayout,
+    policy: SeedMultiAgentPolicy,
+    seeds: Sequence[Sequence[int] | None],
+    group_size: int,
+    generators: Sequence[torch.Generator],
+    *,
+    device: torch.device | str = "cpu",
+) -> list[GroupBatch | None]:
+    """:func:`marl.collect.collect_group_episodes` for every seed of a batch at once: seed k's
+    env ``vecs[k]`` (``autoreset=False``) reset with its P group seeds ``seeds[k]``, each
+    repeated ``group_size`` times, and run to the end of every episode, its actions from
+    seed k's actor in the stacked ``policy``. A seed stops stepping (and drawing noise from
+    ``generators[k]``) when all its episodes have ended, so seed k's episodes, samples and
+    generator state are exactly a single-seed run's. ``seeds[k]`` None: seed k collects
+    nothing (None in the result)."""
+    S = policy.num_seeds
+    runs = [
+        None if s is None else GroupEpisodes(vec, layout, s, group_size, device=device)
+        for vec, s in zip(vecs, seeds, strict=True)
+    ]
+    E = next(r.num_envs for r in runs if r is not None)
+    state = policy.initial_state(E)
+    dev = torch.device(device)
+    while any(r is not None and not r.done for r in runs):
+        stepping = [r is not None and not r.done for r in runs]
+        seen = [r.observe() if go else None for r, go in zip(runs, stepping, strict=True)]
+        template = next(x for x in seen if x is not None)
+        obs, mask, noise = {}, {}, {}
+        for t in layout.types:  # per type in type order, as TypeActor.act draws its noise
+            name = t.name
+            obs[name] = torch.stack(
+                [x[0][name] if x else torch.zeros_like(template[0][name]) for x in seen]
+            )
+            mask[name] = torch.stack(
+                [x[1][name] if x else torch.ones_like(template[1][name]) for x in seen]
+            )
+            shape = (E, t.n_agents, t.n_actions)
+            noise[name] = torch.stack(
+                [
+                    neg_gumbel_noise(shape, g, dev) if go else torch.zeros(shape, device=dev)
+                    for g, go in zip(generators, stepping, strict=True)
+                ]
+            )
+        reset = None
+        if policy.is_recurrent:
+            reset = torch.stack(
+                [
+                    r.reset if go else torch.zeros(E, dtype=torch.bool, device=dev)
+                    for r, go in zip(runs, stepping, strict=True)
+                ]  # fmt: skip
+            )
+        actions, logps, state = policy.act(obs, mask, state, reset, neg_gumbel=noise)
+        for k in range(S):
+            if stepping[k]:
+                runs[k].step(
+                    seen[k][0],
+                    seen[k][1],
+                    {name: a[k] for name, a in actions.items()},
+                    {name: lp[k] for name, lp in logps.items()},
+                )
+    return [None if r is None else r.batch() for r in runs]

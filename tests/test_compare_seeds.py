@@ -44,7 +44,7 @@ def test_process_groups_batch_new_runs_per_variant_interleaved() -> None:
     ("extra", "match"),
     [
         (["--max-time", "60"], "env-step budget"),
-        (["--total-steps", "64", "--algo", "grpo"], "MAPPO only"),
+        (["--total-steps", "64", "--algo", "marl.algos.grpo:GRPO"], "batches mappo and grpo"),
         (["--total-steps", "64", "--variant", "c:--tbptt-chunk=2"], "tbptt-chunk"),
         (["--total-steps", "64", "--seeds-per-process", "0"], "must be >= 1"),
     ],

@@ -23,7 +23,8 @@ import torch
 
 from marl.algos import mappo as mappo_module
 from marl.algos.mappo import MAPPO
-from marl.algos.seed_mappo import SeedMAPPO, _seed_everything
+from marl.algos.seed_mappo import SeedMAPPO
+from marl.algos.seeds import seeded_build
 from marl.core.losses import NonFiniteError
 from marl.run.config import ConfigError, TrainConfig, validate_config
 from marl.run.train_seeds import batch_seeds, parse_seeds, seeds_invocation
@@ -53,7 +54,7 @@ def make_cfg(backbone: str, seed: int = 0) -> TrainConfig:
 
 def train(backbone: str, seeds: list[int], iterations: int = 3) -> tuple[SeedMAPPO, list]:
     batch = SeedMAPPO([make_cfg(backbone, s) for s in seeds])
-    rows = [batch.iteration(i / iterations) for i in range(iterations)]
+    rows = [batch.iteration([i / iterations] * len(seeds)) for i in range(iterations)]
     return batch, rows
 
 
@@ -81,8 +82,8 @@ def test_seed_in_a_batch_equals_the_seed_alone_bit_for_bit(one_thread, backbone)
 def test_seed_in_a_batch_agrees_with_a_plain_single_seed_run(one_thread, backbone) -> None:
     """Not bit for bit: float32 rounding (batched GEMMs, per-seed sums) over 3 updates."""
     big, big_rows = train(backbone, [0, 1, 2])
-    _seed_everything(1)  # as marl.run.train seeds a run
-    plain = MAPPO(make_cfg(backbone, 1), None)
+    plain, generator = seeded_build(MAPPO, make_cfg(backbone, 1), torch.device("cpu"))
+    torch.set_rng_state(generator.get_state())  # a plain run draws from the global generator
     plain_rows = [plain.iteration(i / 3) for i in range(3)]
     run = big.sync(1)
     for p, q in zip(run.policy.parameters(), plain.policy.parameters(), strict=True):
@@ -108,9 +109,9 @@ def test_a_seed_that_turns_non_finite_stops_and_the_others_go_on(one_thread, mon
     clean, _ = train("gru", [0, 2])
     monkeypatch.setattr(mappo_module.MAPPO, "advantages", advantages)
     batch = SeedMAPPO([make_cfg("gru", s) for s in [0, 1, 2]])
-    rows = [batch.iteration(0.0)]
+    rows = [batch.iteration([0.0] * 3)]
     before = [p[1].clone() for p in batch.policy.parameters()]
-    rows += [batch.iteration(1 / 3), batch.iteration(2 / 3)]
+    rows += [batch.iteration([1 / 3] * 3), batch.iteration([2 / 3] * 3)]
     assert batch.stopped == [None, "advantages (after whitening)", None]
     assert rows[1][1] == {} and rows[2][1] == {}
     for p, b in zip(batch.policy.parameters(), before, strict=True):

@@ -86,7 +86,13 @@ from marl.algos.base import (
     whitener_from_config,
 )
 from marl.algos.base import _check as check_value
-from marl.algos.ppo import ClipPPOObjective, Minibatch, PolicyUpdate, PPOLossConfig
+from marl.algos.ppo import (
+    ClipPPOObjective,
+    Minibatch,
+    PolicyUpdate,
+    PPOLossConfig,
+    per_run_sum,
+)
 from marl.collect import GroupBatch, collect_group_episodes, group_ids_for, group_reset_seeds
 from marl.core.advantages import (
     group_relative_advantages,
@@ -565,7 +571,8 @@ def kl_to_reference(
     with k3 the estimator of KL(pi || pi_ref) (:func:`marl.core.advantages.kl_k3`) and
     ``mb.ref_logp [B, L, n]`` the reference policy's log-probs of the taken actions."""
     k3 = kl_k3(terms["logp"], mb.ref_logp)  # [B, L, n]
-    return {"loss/kl": kl_coef * (k3 * mask).sum() / terms["count"]}
+    count = terms["count"]  # one run's, or [S] for a seed batch (per_run_sum)
+    return {"loss/kl": kl_coef * per_run_sum(k3 * mask, count) / count}
 
 
 class GRPO(Algorithm):
@@ -715,19 +722,7 @@ class GRPO(Algorithm):
         cfg = self.cfg
         adv, info = self.advantages(batch, progress)
         metrics = self.advantage_metrics(batch, adv, info)
-        ref_logp = None
-        if self.reference is not None:
-            if cfg.ref_refresh and self.updates > 0 and self.updates % cfg.ref_refresh == 0:
-                self.reference.load_state_dict(self.policy.state_dict())
-            ref_logp = self.reference_logp(batch)
-            lm = batch.loss_mask.transpose(0, 1)  # [E, T]
-            kl_sum, count = 0.0, 0.0
-            for tp in self.layout.types:
-                k3 = kl_k3(batch.logp[tp.name].transpose(0, 1), ref_logp[tp.name])
-                m = lm[..., None].expand_as(k3)
-                kl_sum += float((k3 * m).sum())
-                count += float(m.sum())
-            metrics["kl_ref"] = kl_sum / max(count, 1.0)
+        ref_logp = self.reference_step(batch, metrics)
         ent_coef = linear_schedule(cfg.ent_coef, cfg.ent_coef_final, progress)
         lr_scale = max(1.0 - progress, 0.0) if cfg.lr_schedule == "linear" else 1.0
         self.policy_update.set_lr(cfg.lr * lr_scale)
@@ -752,6 +747,28 @@ class GRPO(Algorithm):
         if self.debug_dir:
             self._debug_dump(batch, info, adv)
         return metrics
+
+    def reference_step(
+        self, batch: GroupBatch, metrics: dict[str, float]
+    ) -> dict[str, Tensor] | None:
+        """With a KL term (``kl_beta > 0``): the reference policy refreshed when due (every
+        ``ref_refresh`` updates), its log-probs of the taken actions ``[E, T, n_k]`` per type,
+        and ``metrics["kl_ref"]``; None without."""
+        if self.reference is None:
+            return None
+        cfg = self.cfg
+        if cfg.ref_refresh and self.updates > 0 and self.updates % cfg.ref_refresh == 0:
+            self.reference.load_state_dict(self.policy.state_dict())
+        ref_logp = self.reference_logp(batch)
+        lm = batch.loss_mask.transpose(0, 1)  # [E, T]
+        kl_sum, count = 0.0, 0.0
+        for tp in self.layout.types:
+            k3 = kl_k3(batch.logp[tp.name].transpose(0, 1), ref_logp[tp.name])
+            m = lm[..., None].expand_as(k3)
+            kl_sum += float((k3 * m).sum())
+            count += float(m.sum())
+        metrics["kl_ref"] = kl_sum / max(count, 1.0)
+        return ref_logp
 
     def advantage_metrics(
         self, batch: GroupBatch, adv: Tensor, info: dict[str, Any]

@@ -19,18 +19,8 @@ expensive parts run for all seeds together on stacked modules (a leading seed ax
                                                step count and moments are its own)
       value epochs: the same, on the stacked critic
 
-Independence: nothing of seed k depends on another seed. Parameter init, env seeds and the
-random draws (rollout noise, minibatch orders) come from seed k's run seed and its own
-generator, which continues where a single-seed run's global generator stands; statistics
-(whitening, ValueNorm, every metric) are computed by seed k's own ``MAPPO`` object; every
-batched operation is a per-seed GEMM or a row-wise / elementwise operation whose bits do not
-depend on S, so at one torch thread seed k inside ``--seeds 0-15`` equals ``--seeds k`` bit
-for bit (tests/test_seed_mappo.py). Against a plain ``--seed k`` run it agrees to float32
-rounding (batched GEMMs in place of ``addmm``, per-seed sums): the test pins the first
-updates' parameters to a tolerance, not bits.
-
-A seed whose loss, gradient norm or advantages turn non-finite stops (:attr:`stopped` says
-why): its parameters and optimiser state stay as they were before that step, the others go on.
+Independence, equality and stopping: :mod:`marl.algos.seeds` (the shared part). The
+critic's values, ValueNorm and the value loss are per seed like everything else.
 
 Not batched here: distributed training (torchrun), the optimism offset and truncated BPTT
 (``tbptt_chunk``) are refused with ``--seeds``; ``parallel_update`` runs the value epochs
@@ -40,144 +30,43 @@ beside the policy epochs (the agent types' actors run in turn).
 from __future__ import annotations
 
 import math
-import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from marl.algos.base import ConfigError
 from marl.algos.mappo import MAPPO, MAPPOAdvantages, MAPPOConfig
 from marl.algos.parallel import side_by_side
-from marl.algos.ppo import Minibatch, PPOLossConfig
+from marl.algos.ppo import PPOLossConfig
+from marl.algos.seeds import (
+    SeedBatch,
+    SeedMinibatch,
+    load_views_state,
+    ordered_views,
+    per_seed_adam,
+)
 from marl.core.losses import NonFiniteError, explained_variance, linear_schedule
-from marl.core.seed_batched import SeedViews, clip_grad_norm_per_seed_
 from marl.seed_collect import SeedRolloutBatch, SeedRolloutCollector
-from marl.seed_policies import SeedCentralCritic, SeedMultiAgentPolicy
+from marl.seed_policies import SeedCentralCritic
 
-__all__ = ["SeedMinibatch", "SeedMAPPO", "unsupported_with_seeds"]
-
-
-@dataclass
-class SeedMinibatch(Minibatch):
-    """:class:`Minibatch` with a leading seed axis on every field: ``obs [S, B, P + L, n, D]``,
-    ``loss_mask [S, B, L]``, ``burn_in [S, B]``, the state a tuple of ``[S, B * n, ...]``.
-    :meth:`select` takes each seed's own units, ``idx [S, b]``."""
-
-    @property
-    def num_units(self) -> int:
-        return int(self.obs.shape[1])
-
-    @property
-    def n_agents(self) -> int:
-        return int(self.obs.shape[3])
-
-    @classmethod
-    def stack(cls, per_seed: Sequence[Minibatch]) -> SeedMinibatch:
-        """S single-seed minibatches of one shape -> one with the seed axis first."""
-
-        def stacked(name: str) -> Any:
-            values = [getattr(mb, name) for mb in per_seed]
-            if values[0] is None:
-                return None
-            if name == "state":
-                return tuple(torch.stack(parts) for parts in zip(*values, strict=True))
-            return torch.stack(values)
-
-        return cls(**{f.name: stacked(f.name) for f in fields(Minibatch)})
-
-    def select(self, idx: Tensor) -> SeedMinibatch:
-        """Seed s's units ``idx[s]`` (``idx [S, b]`` long) of every seed."""
-        seeds = torch.arange(idx.shape[0], device=idx.device)[:, None]
-        taken = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value is None:
-                taken[f.name] = None
-            elif f.name == "state":
-                n = self.n_agents
-                rows = (idx[..., None] * n + torch.arange(n, device=idx.device)).flatten(1)
-                taken[f.name] = tuple(s[seeds, rows] for s in value)
-            else:
-                taken[f.name] = value[seeds, idx]
-        return replace(self, **taken)
+__all__ = ["SeedMAPPO"]
 
 
-def unsupported_with_seeds(cfg: Any, *, distributed: bool = False) -> list[str]:
-    """The options of ``cfg`` that ``--seeds`` cannot train, each with why (empty: fine)."""
-    problems = []
-    if cfg.algo != "mappo":
-        problems.append(f"--algo {cfg.algo}: --seeds trains MAPPO only so far (not yet GRPO)")
-    if distributed:
-        problems.append("torchrun: --seeds runs in one process (not distributed)")
-    if getattr(cfg, "optimism_offset", None) is not None:
-        problems.append("--optimism-offset: not batched over seeds (leave it unset)")
-    if getattr(cfg, "tbptt_chunk", None) is not None:
-        problems.append("--tbptt-chunk: not batched over seeds (leave it unset)")
-    return problems
-
-
-def _ordered_views(stacked: torch.nn.Module, names: dict[str, str], single: torch.nn.Module):
-    """:class:`SeedViews` over ``stacked``'s parameters in the order of the single-seed module
-    ``single``'s parameters (``names``: stacked name -> single-seed name), so that seed k's
-    views line up with a single-seed run's optimizer parameters."""
-    by_single = {single_name: name for name, single_name in names.items()}
-    params = dict(stacked.named_parameters())
-    return SeedViews([params[by_single[name]] for name, _ in single.named_parameters()])
-
-
-def _policy_names(policy: SeedMultiAgentPolicy) -> dict[str, str]:
-    """Stacked parameter name -> the ``MultiAgentPolicy``'s name."""
-    return {f"actors.{t}.{stacked}": f"actors.{t}.{single}"
-            for t, actor in policy.actors.items()
-            for stacked, single in actor.single_seed_names().items()}  # fmt: skip
-
-
-class SeedMAPPO:
+class SeedMAPPO(SeedBatch):
     """S MAPPO runs (``cfgs[k]``: seed k's config, equal but for ``seed`` and ``run_dir``)
     trained in one process; see the module docstring."""
 
     def __init__(self, cfgs: Sequence[MAPPOConfig], device: torch.device | str = "cpu") -> None:
-        cfgs = list(cfgs)
-        if not cfgs:
-            raise ConfigError("--seeds must name at least one seed")
-        problems = unsupported_with_seeds(cfgs[0])
-        if problems:
-            raise ConfigError("; ".join(problems))
-        self.cfg, self.device = cfgs[0], torch.device(device)
-        self.seeds = [int(c.seed) for c in cfgs]
-        #: seed k's run: its own env, whitener, ValueNorm and single-seed modules (kept in
-        #: step with the stack by :meth:`sync`, for evaluation and checkpoints)
-        self.runs: list[MAPPO] = []
-        generators = []
-        for cfg in cfgs:
-            with _forked_global_rngs():
-                _seed_everything(cfg.seed)  # as marl.run.train seeds a single-seed run
-                self.runs.append(MAPPO(cfg, None, self.device))
-                generator = torch.Generator()
-                generator.set_state(torch.get_rng_state())
-                generators.append(generator)
-        #: seed k's stand-in for the global generator a single-seed run draws from
-        self.generators = generators
+        super().__init__(MAPPO, cfgs, device)
         first = self.runs[0]
-        self.layout = first.layout
-        self.policy = SeedMultiAgentPolicy([r.policy for r in self.runs]).to(self.device)
         self.critic = SeedCentralCritic([r.critic for r in self.runs]).to(self.device)
-        self.policy_views = _ordered_views(self.policy, _policy_names(self.policy), first.policy)
-        self.critic_views = _ordered_views(
+        self.critic_views = ordered_views(
             self.critic, self.critic.single_seed_names(), first.critic
         )
-        self.policy_opt = torch.optim.Adam(
-            self.policy_views.parameters(), lr=self.cfg.lr, eps=1e-5, fused=True
-        )
-        self.critic_opt = torch.optim.Adam(
-            self.critic_views.parameters(), lr=self.cfg.resolved_critic_lr, eps=1e-5, fused=True
-        )
-        self.objective = first.objective_class()
+        self.critic_opt = per_seed_adam(self.critic_views, self.cfg.resolved_critic_lr)
         self.collector = SeedRolloutCollector(
             [r.vec for r in self.runs],
             self.layout,
@@ -186,26 +75,13 @@ class SeedMAPPO:
             generators=self.generators,
             device=self.device,
         )
-        #: the quantity that turned non-finite and stopped seed k (None: it trains)
-        self.stopped: list[str | None] = [None] * len(self.runs)
-
-    @property
-    def num_seeds(self) -> int:
-        return len(self.runs)
-
-    @property
-    def live(self) -> Tensor:
-        """``[S]`` bool: the seeds still training."""
-        return torch.tensor([reason is None for reason in self.stopped])
-
-    def _stop(self, k: int, reason: str) -> None:
-        if self.stopped[k] is None:
-            self.stopped[k] = reason
 
     # -- one iteration ---------------------------------------------------------------------
-    def iteration(self, progress: float) -> list[dict[str, float]]:
-        """One rollout of ``T x E`` env steps per seed and the update on it; returns each
-        seed's metrics ({} for a seed that has stopped)."""
+    def iteration(self, progress: float | Sequence[float]) -> list[dict[str, float]]:
+        """One rollout of ``T x E`` env steps per seed and the update on it (``progress[k]``:
+        seed k's budget progress); returns each seed's metrics ({} for a seed that no longer
+        trains)."""
+        progress = self.per_seed(progress)
         t0 = time.perf_counter()
         self.policy.eval()
         try:
@@ -232,28 +108,29 @@ class SeedMAPPO:
         """``state [S, M, D_s]`` -> critic outputs ``[S, M, K]``, ``[S, M, N, K]``."""
         return self.critic(state)
 
-    def update(self, batch: SeedRolloutBatch, progress: float) -> list[dict[str, float]]:
-        """Advantages per seed, then the policy epochs and the value epochs of every seed."""
+    def update(self, batch: SeedRolloutBatch, progress: Sequence[float]) -> list[dict[str, float]]:
+        """Advantages per seed (``runs[k].advantages``: one run's code), then the policy
+        epochs and the value epochs of every seed, side by side with ``parallel_update``."""
         cfg, S = self.cfg, self.num_seeds
         advs: list[MAPPOAdvantages | None] = []
         metrics: list[dict[str, float]] = []
         for k, run in enumerate(self.runs):
             adv = None
-            if self.stopped[k] is None:
+            if self.training(k):
                 try:
-                    adv = run.advantages(batch.seed(k), progress)
+                    adv = run.advantages(batch.seed(k), progress[k])
                 except NonFiniteError as exc:
                     self._stop(k, exc.quantity)
             advs.append(adv)
             metrics.append({} if adv is None else run.advantage_metrics(adv))
-        ent_coef = linear_schedule(cfg.ent_coef, cfg.ent_coef_final, progress)
-        lr_scale = max(1.0 - progress, 0.0) if cfg.lr_schedule == "linear" else 1.0
-        for group in self.policy_opt.param_groups:
-            group["lr"] = cfg.lr * lr_scale
-        for group in self.critic_opt.param_groups:
-            group["lr"] = cfg.resolved_critic_lr * lr_scale
+        rates = self.set_lr(self.policy_opt, cfg.lr, progress)
+        self.set_lr(self.critic_opt, cfg.resolved_critic_lr, progress)
+        coefs = [
+            PPOLossConfig(cfg.clip_low, cfg.clip_high, cfg.dual_clip,
+                          linear_schedule(cfg.ent_coef, cfg.ent_coef_final, p))
+            for p in progress
+        ]  # fmt: skip
         units = self.policy_units(batch, advs)
-        coef = PPOLossConfig(cfg.clip_low, cfg.clip_high, cfg.dual_clip, ent_coef)
         # each seed draws what its single-seed run draws, in its order: the critic's
         # minibatch orders, then one permutation of the policy's units per epoch
         M, U = batch.num_steps * batch.num_envs, next(iter(units.values())).num_units
@@ -267,7 +144,7 @@ class SeedMAPPO:
         ]
         (policy_metrics, policy_stops), (value_metrics, value_stops) = side_by_side(
             [
-                lambda: self.policy_epochs(units, coef, policy_orders_t),
+                lambda: self.policy_epochs(units, coefs, policy_orders_t),
                 lambda: self.value_epochs_run(batch, advs, value_orders_t),
             ],
             parallel=bool(cfg.parallel_update),
@@ -275,14 +152,14 @@ class SeedMAPPO:
         for k, reason in sorted({**value_stops, **policy_stops}.items()):
             self._stop(k, reason)
         for k in range(S):
-            if self.stopped[k] is not None:
+            if not self.training(k):
                 metrics[k] = {}
                 continue
             row = metrics[k]
             row.update({key: float(v[k]) for key, v in policy_metrics.items()})
             row.update({key: float(v[k]) for key, v in value_metrics.items()})
-            row["lr"] = cfg.lr * lr_scale
-            row["ent_coef"] = ent_coef
+            row["lr"] = rates[k]
+            row["ent_coef"] = float(coefs[k].ent_coef)
             episodes = batch.episodes[k]
             if episodes:
                 for key in episodes[0]:
@@ -299,7 +176,7 @@ class SeedMAPPO:
         self, batch: SeedRolloutBatch, advs: Sequence[MAPPOAdvantages | None]
     ) -> dict[str, SeedMinibatch]:
         """Every seed's units (:meth:`MAPPO.policy_units`), stacked per agent type; a seed
-        that has stopped gets zero advantages (its steps are masked out of the update)."""
+        that no longer trains gets zero advantages (its steps are masked out of the update)."""
         per_seed = []
         for k, (run, adv) in enumerate(zip(self.runs, advs, strict=True)):
             one = batch.seed(k)
@@ -308,68 +185,6 @@ class SeedMAPPO:
         return {
             name: SeedMinibatch.stack([units[name] for units in per_seed]) for name in per_seed[0]
         }
-
-    def policy_epochs(
-        self, units: dict[str, SeedMinibatch], coef: PPOLossConfig, orders: list[Tensor]
-    ) -> tuple[dict[str, Tensor], dict[int, str]]:
-        """``epochs`` passes over every seed's minibatches (``orders[e] [S, U]``: seed s's
-        permutation of its units in epoch e); returns each metric's mean over the
-        minibatches, ``[S]``, and the seeds that stopped (index -> why)."""
-        U = next(iter(units.values())).num_units
-        size = max(1, math.ceil(U / self.cfg.num_minibatches))
-        sums: dict[str, Tensor] = {}
-        steps, stops = 0, {}
-        for order in orders:
-            for start in range(0, U, size):
-                idx = order[:, start : start + size].to(self.device)
-                batch = {name: mb.select(idx) for name, mb in units.items()}
-                for key, value in self.policy_step(batch, coef, stops).items():
-                    sums[key] = sums[key] + value if key in sums else value
-                steps += 1
-        return {key: value / max(steps, 1) for key, value in sums.items()}, stops
-
-    def policy_step(
-        self, batch: dict[str, SeedMinibatch], coef: PPOLossConfig, stops: dict[int, str]
-    ) -> dict[str, Tensor]:
-        """One optimiser step of every seed on its minibatch; returns the metrics ``[S]``
-        (every term summed over the agent types, and ``grad_norm`` before clipping). A seed
-        whose loss or gradient norm is not finite is added to ``stops`` and steps no more."""
-        count = sum(mb.sample_mask().flatten(1).sum(1) for mb in batch.values())
-        count = count.clamp_min(1).float()  # [S]: each seed's denominator
-        self.policy_views.zero_grad()
-        terms = {}
-        loss = torch.zeros(self.num_seeds, device=self.device)
-        for name, mb in batch.items():
-            terms[name] = self.objective(self.policy.actors[name], mb, coef, count=count)
-            loss = loss + self.objective.total(terms[name])
-        loss.sum().backward()  # seed k's parameters receive d loss[k]
-        norms = self._step(self.policy_views, self.policy_opt, loss, "policy", stops)
-        keys = sorted({k for t in terms.values() for k in t} - set(self.objective.INTERMEDIATES))
-        metrics = {key: sum(t[key].detach() for t in terms.values() if key in t) for key in keys}
-        metrics["grad_norm"] = norms
-        return metrics
-
-    def _step(
-        self,
-        views: SeedViews,
-        optimizer: torch.optim.Optimizer,
-        loss: Tensor,
-        what: str,
-        stops: dict[int, str],
-    ) -> Tensor:
-        """Clip each seed's gradients by its own norm and step the seeds that train and whose
-        loss and norm are finite (one that is not is added to ``stops``; its parameters and
-        optimiser state stay as they are); returns the norms ``[S]``."""
-        norms = clip_grad_norm_per_seed_(views.stacked, self.cfg.max_grad_norm)
-        finite = (torch.isfinite(loss.detach()) & torch.isfinite(norms)).cpu()
-        for k in range(self.num_seeds):
-            if self.stopped[k] is None and k not in stops and not bool(finite[k]):
-                bad = "loss" if not torch.isfinite(loss[k]) else "grad_norm"
-                stops[k] = f"{bad} ({what})"
-        step = [self.stopped[k] is None and k not in stops for k in range(self.num_seeds)]
-        views.attach_grads(step)
-        optimizer.step()
-        return norms.detach()
 
     # -- critic ----------------------------------------------------------------------------
     def value_epochs_run(
@@ -424,7 +239,7 @@ class SeedMAPPO:
                 )
                 self.critic_views.zero_grad()
                 loss.sum().backward()
-                norms = self._step(self.critic_views, self.critic_opt, loss, "value", stops)
+                norms = self.step_seeds(self.critic_views, self.critic_opt, loss, "value", stops)
                 grad_norms += norms.cpu()
                 total += loss.detach().cpu()
                 steps += 1
@@ -437,61 +252,25 @@ class SeedMAPPO:
 
     # -- the runs' own state ---------------------------------------------------------------
     def sync(self, k: int) -> MAPPO:
-        """Seed k's run brought up to date with the stack (its policy, critic, optimisers):
-        a single-seed ``MAPPO`` to evaluate, checkpoint or plot."""
-        run = self.runs[k]
-        run.policy.load_state_dict(self.policy.seed_state_dict(k))
+        """Seed k's run brought up to date with the stack (policy, critic, optimisers)."""
+        run = super().sync(k)
         run.critic.load_state_dict(self.critic.seed_state_dict(k))
-        run.policy_update.optimizer.load_state_dict(
-            self.policy_views.seed_state_dict(self.policy_opt, k)
-        )
         run.critic_opt.load_state_dict(self.critic_views.seed_state_dict(self.critic_opt, k))
         return run
 
     def seed_state_dict(self, k: int) -> dict[str, Any]:
-        """Seed k's checkpoint state exactly as a single-seed ``MAPPO.state_dict()`` holds it
-        (a plain ``--resume`` of ``seed_<k>/`` continues it as a single-seed run)."""
-        state = self.sync(k).state_dict()
+        state = super().seed_state_dict(k)
         state["collector"] = self.collector.seed_state_dict(k)
         return state
 
-    def generator_state(self, k: int) -> Tensor:
-        """Seed k's generator: a single-seed run's global torch generator state."""
-        return self.generators[k].get_state()
-
     def load_seed_state(self, k: int, state: dict[str, Any], torch_rng: Tensor) -> None:
-        """Restore seed k from a single-seed checkpoint's ``algo`` state and its torch RNG
-        state; the stack takes seed k's parameters and optimiser state from it."""
+        super().load_seed_state(k, state, torch_rng)
         run = self.runs[k]
-        run.load_state_dict(state)
         with torch.no_grad():
-            for view, p in zip(self.policy_views.per_seed[k], run.policy.parameters(), strict=True):
-                view.copy_(p)
             for view, p in zip(self.critic_views.per_seed[k], run.critic.parameters(), strict=True):
                 view.copy_(p)
-        _load_views_state(
-            self.policy_opt, self.policy_views.per_seed[k], run.policy_update.optimizer
-        )
-        _load_views_state(self.critic_opt, self.critic_views.per_seed[k], run.critic_opt)
-        self.generators[k].set_state(torch_rng)
+        load_views_state(self.critic_opt, self.critic_views.per_seed[k], run.critic_opt)
         self.collector.load_seed_state_dict(k, state["collector"], vec=run.collector.vec)
-
-
-def _load_views_state(
-    optimizer: torch.optim.Optimizer, views: Sequence[Tensor], single: torch.optim.Optimizer
-) -> None:
-    """Give ``views`` (one seed's) the per-parameter state of a single-seed optimizer over the
-    same parameters in the same order."""
-    params = [p for group in single.param_groups for p in group["params"]]
-    for view, p in zip(views, params, strict=True):
-        state = single.state.get(p)
-        if state:
-            optimizer.state[view] = {
-                key: value.clone() if isinstance(value, Tensor) else value
-                for key, value in state.items()
-            }
-        else:
-            optimizer.state.pop(view, None)
 
 
 def _seed_value_loss(
@@ -523,21 +302,3 @@ def _explained_variance(adv: MAPPOAdvantages) -> float:
             [adv.returns_team.mean(-1).reshape(-1), adv.returns_individual.mean(-1).reshape(-1)]
         ),
     )
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
-
-
-class _forked_global_rngs:
-    """Python's, numpy's and torch's global generators restored on exit."""
-
-    def __enter__(self) -> None:
-        self.states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
-
-    def __exit__(self, *exc: object) -> None:
-        random.setstate(self.states[0])
-        np.random.set_state(self.states[1])
-        torch.set_rng_state(self.states[2])

@@ -659,13 +659,15 @@ class SeedViews:
                 v.grad = p.grad[k] if active[k] and p.grad is not None else None
 
     def seed_state_dict(self, optimizer: torch.optim.Optimizer, seed: int) -> dict[str, Any]:
-        """Seed ``seed``'s share of ``optimizer`` (one param group over :meth:`parameters`)
+        """Seed ``seed``'s share of ``optimizer`` (over :meth:`parameters`, in one param group
+        or in one group per seed)
         as the ``state_dict`` of the same optimizer over that seed's unstacked parameters
         (in the stacked parameters' order): loadable by a single-seed run's optimizer."""
-        if len(optimizer.param_groups) != 1:
-            raise ValueError("seed_state_dict expects one param group over views.parameters()")
-        group = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
         views = self.per_seed[seed]
+        groups = [g for g in optimizer.param_groups if any(p is views[0] for p in g["params"])]
+        if len(groups) != 1:
+            raise ValueError("seed_state_dict: the optimizer does not hold this seed's views")
+        group = {k: v for k, v in groups[0].items() if k != "params"}
         state = {}
         for i, v in enumerate(views):
             if v in optimizer.state and optimizer.state[v]:

@@ -704,7 +704,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="Train up to S seeds of a variant in one process (marl.train --seeds: one "
         "batched rollout and update; seed k's results equal a batch of one bit for bit). "
-        "Needs --total-steps and MAPPO. A resumed run continues alone. Default 1: a process "
+        "Needs --total-steps (mappo or grpo). A resumed run continues alone. Default 1: a process "
         "per run.",
     )
     protocol.add_argument(

@@ -420,8 +420,9 @@ _UNBATCHED = {"--tbptt-chunk": "truncated BPTT", "--optimism-offset": "the optim
 
 
 def _check_seeds_per_process(spec: CompareSpec) -> None:
-    """``--seeds-per-process S > 1``: every variant must be batchable (MAPPO, no option the
-    batch refuses) and the budget env steps (a time budget would be the batch's)."""
+    """``--seeds-per-process S > 1``: every variant must be batchable (mappo or grpo, no
+    option the batch refuses) and the budget env steps (a time budget would be the
+    batch's)."""
     S = spec.seeds_per_process
     if S < 1:
         raise CompareError(f"--seeds-per-process must be >= 1, got {S}")
@@ -443,10 +444,10 @@ def _check_seeds_per_process(spec: CompareSpec) -> None:
                     f"--seeds-per-process {S}: variant {v.name!r} sets {flag_name(token)} "
                     f"({_UNBATCHED[flag_name(token)]}), which marl.train --seeds does not batch"
                 )
-        if algo != "mappo":
+        if algo not in ("mappo", "grpo"):
             raise CompareError(
                 f"--seeds-per-process {S}: variant {v.name!r} trains {algo}; marl.train "
-                "--seeds batches MAPPO only so far (use --seeds-per-process 1)"
+                "--seeds batches mappo and grpo (use --seeds-per-process 1)"
             )
 
 

@@ -887,7 +887,8 @@ def main(argv: list[str] | None = None) -> int:
             "--seeds",
             metavar="SPEC",
             help="Train several seeds as one batch through one rollout and one update "
-            "(MAPPO): a range 0-15, a list 0,3,7 or both (0-3,8); excludes --seed. Writes "
+            "(mappo, grpo): a range 0-15, a list 0,3,7 or both (0-3,8); excludes --seed. "
+            "Writes "
             "RUN_DIR/seed_<k>/ per seed, each a complete run directory; --resume RUN_DIR "
             "continues the batch. Seed k equals --seeds k bit for bit (one thread).",
         )

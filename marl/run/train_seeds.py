@@ -34,7 +34,9 @@ from typing import Any
 import torch
 import yaml
 
-from marl.algos.seed_mappo import SeedMAPPO, unsupported_with_seeds
+from marl.algos.seed_grpo import SeedGRPO
+from marl.algos.seed_mappo import SeedMAPPO
+from marl.algos.seeds import SeedBatch, unsupported_with_seeds
 from marl.core.losses import NonFiniteError
 from marl.run.checkpoint import (
     DEFAULT_KEEP,
@@ -253,7 +255,7 @@ def train_seeds(
     compile_clock()
     ctx, device = _start_process(cfg)
     cfgs = [_seed_config(cfg, s, run.path) for s, run in zip(seeds, runs, strict=True)]
-    batch = SeedMAPPO(cfgs, device)
+    batch = (SeedGRPO if cfg.algo == "grpo" else SeedMAPPO)(cfgs, device)
     starts = _restore(batch, runs, options) if options.resuming else None
     keep = int(options.keep_checkpoints or DEFAULT_KEEP)
     if starts is None:
@@ -283,7 +285,7 @@ def _read_json(path: str) -> dict[str, Any] | None:
         return None
 
 
-def _restore(batch: SeedMAPPO, runs: list[RunDir], options: RunOptions) -> list[_Start]:
+def _restore(batch: SeedBatch, runs: list[RunDir], options: RunOptions) -> list[_Start]:
     """Every seed's checkpoint of the newest update that all of them hold, loaded into
     ``batch``; each seed's :class:`_Start`."""
     held = [dict(numbered_checkpoints(run.path)) for run in runs]
@@ -310,10 +312,11 @@ def _restore(batch: SeedMAPPO, runs: list[RunDir], options: RunOptions) -> list[
 
 
 def _seed_loop(
-    cfgs: list[BaseConfig], batch: SeedMAPPO, runs: list[RunDir], starts: list[_Start]
+    cfgs: list[BaseConfig], batch: SeedBatch, runs: list[RunDir], starts: list[_Start]
 ) -> list[dict[str, Any] | None] | None:
     """The batch's story, as :func:`marl.run.train._train_loop` tells one run's: iterate,
-    log, evaluate and checkpoint every seed until the budget is spent, then finish each."""
+    log, evaluate and checkpoint every seed until its budget is spent, then finish it (a seed
+    whose env steps per update vary, GRPO's, may finish before the others)."""
     cfg, S = cfgs[0], len(cfgs)
     seeds = [_SeedRun(batch, k) for k in range(S)]
     loggers = [
@@ -330,105 +333,91 @@ def _seed_loop(
         )
     ]
     cadence = _Cadence(cfg.eval_every, cfg.checkpoint_every, evaluates=True)
-    budget, update, env_steps = Budget(cfg), starts[0].update, starts[0].env_steps
+    budget = Budget(cfg)
+    update = [start.update for start in starts]
+    env_steps = [start.env_steps for start in starts]
+    results: list[dict[str, Any] | None] = [None] * S
+    ended: set[int] = set()  # finished, or stopped on a non-finite value
     bar = ProgressBar(budget, f"{cfg.algo} x{S} seeds", starts[0].position, enabled=cfg.progress)
-    reported: set[int] = set()
     with StopSignals(announce=True) as stop:
         clock = TrainingClock(starts[0].elapsed, starts[0].cpu)
-        interrupted = False
-        while (progress := budget.progress(env_steps, clock.elapsed(), clock.cpu())) < 1.0:
+
+        def finish(k: int) -> None:
+            first = not any(r is not None for r in results)  # prints the baselines' rows
+            ended.add(k)
+            batch.done.add(k)
+            batch.sync(k)
+            checkpoints[k].save(update[k], env_steps[k], clock)
+            loggers[k].close()
+            one = cfgs[k] if first else _no_table(cfgs[k])
+            results[k] = _finish(seeds[k], one, runs[k], histories[k], clock, checkpoints[k],
+                                 update=update[k], env_steps=env_steps[k])  # fmt: skip
+
+        while True:
+            progress = [budget.progress(e, clock.elapsed(), clock.cpu()) for e in env_steps]
+            for k in range(S):
+                if k not in ended and progress[k] >= 1.0:
+                    finish(k)
+            if len(ended) == S or stop.requested:
+                break
             t_iter = time.perf_counter()
             metrics = batch.iteration(progress)
             dt = time.perf_counter() - t_iter
-            delta = int(next((m["env_steps_delta"] for m in metrics if m), 0))
-            update, env_steps = update + 1, env_steps + delta
             for k, row in enumerate(metrics):
                 if not row:
                     continue
-                row.pop("env_steps_delta")
-                full = {"update": update, "env_steps": env_steps, "time_s": clock.elapsed(),
+                delta = int(row.pop("env_steps_delta"))
+                update[k], env_steps[k] = update[k] + 1, env_steps[k] + delta
+                full = {"update": update[k], "env_steps": env_steps[k], "time_s": clock.elapsed(),
                         "cpu_s": clock.cpu(), "sps": delta / dt,
                         "agent_sps": delta * batch.layout.n_agents / dt, **row}  # fmt: skip
-                if cadence.evaluate_at(update):
+                if cadence.evaluate_at(update[k]):
                     batch.sync(k)
                     full.update(_evaluation_row(cfgs[k], seeds[k]))
                 loggers[k].log(full)
-                if k == next(i for i, m in enumerate(metrics) if m):
+                if k == min(set(range(S)) - ended):
                     bar.show(full)
-            _report_stops(
-                batch, cfgs, runs, loggers, checkpoints, reported, update, env_steps, clock
-            )
-            if len(reported) == S:
-                break
-            if cadence.checkpoint_at(update):
-                _save_all(batch, checkpoints, reported, update, env_steps, clock)
-            if stop.requested:
-                interrupted = True
-                break
+                if cadence.checkpoint_at(update[k]):
+                    batch.sync(k)
+                    checkpoints[k].save(update[k], env_steps[k], clock)
+            for k, reason in enumerate(batch.stopped):
+                if reason is not None and k not in ended:
+                    ended.add(k)
+                    _record_stop(cfgs[k], runs[k], loggers[k], checkpoints[k], reason,
+                                 update[k] + 1, env_steps[k], clock)  # fmt: skip
         bar.close()
-        _save_all(batch, checkpoints, reported, update, env_steps, clock)
-        for logger in loggers:
-            if not logger.closed:
-                logger.close()
-        if interrupted:
-            print(f"[marl.train] interrupted: every seed's checkpoint of update {update} "
-                  f"written; continue with: python -m marl.train --resume "
+        if len(ended) < S:  # interrupted
+            for k in sorted(set(range(S)) - ended):
+                batch.sync(k)
+                checkpoints[k].save(update[k], env_steps[k], clock)
+                loggers[k].close()
+            print(f"[marl.train] interrupted: every training seed's checkpoint written; "
+                  f"continue with: python -m marl.train --resume "
                   f"{os.path.dirname(runs[0].path)}", file=sys.stderr, flush=True)  # fmt: skip
             return None
-        stop.finishing = True
-        results: list[dict[str, Any] | None] = []
-        for k in range(S):
-            if k in reported:
-                results.append(None)
-                continue
-            batch.sync(k)
-            one = cfgs[k] if k == 0 else _without_baselines(cfgs[k])
-            results.append(
-                _finish(
-                    seeds[k],
-                    one,
-                    runs[k],
-                    histories[k],
-                    clock,
-                    checkpoints[k],
-                    update=update,
-                    env_steps=env_steps,
-                )  # fmt: skip
-            )
     return results
 
 
-def _without_baselines(cfg: BaseConfig) -> BaseConfig:
-    """The config without the baselines' table (printed once, with the first seed)."""
+def _no_table(cfg: BaseConfig) -> BaseConfig:
+    """The config without the baselines' rows in the printed table (printed with the first
+    seed that finishes, not again for every seed)."""
     one = copy.copy(cfg)
     one.baselines = False
     return one
 
 
-def _save_all(batch, checkpoints, reported, update, env_steps, clock) -> None:  # noqa: ANN001
-    """Every training seed's checkpoint of ``update``."""
-    for k, ckpt in enumerate(checkpoints):
-        if k not in reported:
-            batch.sync(k)
-            ckpt.save(update, env_steps, clock)
-
-
-def _report_stops(batch, cfgs, runs, loggers, checkpoints, reported, update, env_steps, clock):  # noqa: ANN001
-    """finished.json of each seed that stopped since the last report: why, where, and the
-    checkpoint kept; the other seeds go on."""
-    for k, reason in enumerate(batch.stopped):
-        if reason is None or k in reported:
-            continue
-        reported.add(k)
-        error = NonFiniteError(reason)
-        record = _finished_record(
-            cfgs[k], checkpoints[k].history, update=update, env_steps=env_steps,
-            time_s=clock.elapsed(), cpu_s=clock.cpu(), checkpoint=checkpoints[k].relative_path(),
-        )  # fmt: skip
-        record["stopped"] = f"{error}. {checkpoints[k].kept_note()}"
-        loggers[k].close()
-        atomic_write_json(runs[k].finished_json, record, final_newline=False)
-        _warn(f"seed {cfgs[k].seed} stopped at update {update}: {error}; the other seeds go on")
+def _record_stop(cfg, run, logger, checkpoints, reason, update, env_steps, clock) -> None:  # noqa: ANN001
+    """finished.json of a seed that stopped on a non-finite value: why, at which update, the
+    checkpoint kept (no eval.json); the other seeds go on."""
+    error = NonFiniteError(reason)
+    record = _finished_record(
+        cfg, checkpoints.history, update=update, env_steps=env_steps,
+        time_s=clock.elapsed(), cpu_s=clock.cpu(), checkpoint=checkpoints.relative_path(),
+    )  # fmt: skip
+    record["stopped"] = f"{error}. {checkpoints.kept_note()}"
+    logger.close()
+    atomic_write_json(run.finished_json, record, final_newline=False)
+    _warn(f"seed {cfg.seed} stopped at update {update}: {error}; the other seeds go on")
 
 
 def main(argv: list[str]) -> int | None:
