@@ -89,6 +89,29 @@ def test_logit_penalty_hand_worked_and_in_the_metrics(registry):
         parse_cli(["--logit-coef", "0.1", *TINY])
 
 
+def test_logit_penalty_trains_batched_over_seeds(registry):
+    """docs/extending.md's examples run batched (``--seeds``): the hook's term per seed, and
+    seed k in a batch equals the seed alone bit for bit."""
+    from marl.algos.seed_mappo import SeedMAPPO
+
+    logit = _load("logit_penalty")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfgs = [parse_cli(["--algo", "mappo_logit", "--logit-coef", "0.1", "--seed", str(k),
+                           *TINY]) for k in (0, 1)]  # fmt: skip
+        big = SeedMAPPO(cfgs, algorithm=logit.LogitMAPPO)
+        alone = SeedMAPPO(cfgs[1:], algorithm=logit.LogitMAPPO)
+        rows_big, rows_alone = big.iteration(0.0), alone.iteration(0.0)
+    finally:
+        torch.set_num_threads(before)
+    assert rows_big[0]["loss/logit"] > 0 and rows_big[1]["loss/logit"] > 0
+    assert rows_big[0]["loss/logit"] != rows_big[1]["loss/logit"]
+    assert rows_big[1]["loss/logit"] == rows_alone[0]["loss/logit"]
+    for a, b in zip(big.policy.parameters(), alone.policy.parameters(), strict=True):
+        assert torch.equal(a[1], b[0])
+
+
 MY_ALGO = """
 from dataclasses import dataclass
 from typing import ClassVar

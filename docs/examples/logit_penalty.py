@@ -23,7 +23,7 @@ from torch import Tensor
 from marl.algos import register_algorithm
 from marl.algos.base import config_field
 from marl.algos.mappo import MAPPO, MAPPOConfig
-from marl.algos.ppo import Minibatch
+from marl.algos.ppo import Minibatch, per_run_sum
 from marl.policies import TypeActor
 
 
@@ -33,11 +33,13 @@ def logit_penalty(
     """``{"loss/logit": coef * sum over the samples of mask of mean_a logits^2 / count}`` for
     one agent type's minibatch: ``mask [B, L, n]`` marks the (step, agent) samples that enter
     the loss (agents that have left their episode excluded), ``terms["count"]`` is the number
-    of such samples of all agent types, the denominator of every term."""
+    of such samples of all agent types, the denominator of every term. ``per_run_sum`` sums
+    over one run's samples: the whole minibatch, or each seed's in a ``--seeds`` batch."""
     logits = terms["logits"]  # [B, L, n, A], this minibatch's forward (with its graph)
     allowed = mb.action_mask.to(logits.dtype)  # masked actions' logits are set, not learned
     per_sample = (logits.pow(2) * allowed).sum(-1) / allowed.sum(-1).clamp_min(1.0)
-    return {"loss/logit": coef * (per_sample * mask).sum() / terms["count"]}
+    count = terms["count"]  # one run's, or [S] in a --seeds batch
+    return {"loss/logit": coef * per_run_sum(per_sample * mask, count) / count}
 
 
 @dataclass

@@ -27,12 +27,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import fields, replace
-from functools import partial
 
 import numpy as np
 import torch
 
-from marl.algos.grpo import GRPO, GRPOConfig, episode_units, group_seeds, kl_to_reference
+from marl.algos.grpo import GRPO, GRPOConfig, episode_units, group_seeds
 from marl.algos.ppo import Minibatch, PPOLossConfig
 from marl.algos.seeds import SeedBatch, SeedMinibatch
 from marl.collect import GroupBatch, limit_of
@@ -69,10 +68,13 @@ class SeedGRPO(SeedBatch):
     """S GRPO runs (``cfgs[k]``: seed k's config, equal but for ``seed`` and ``run_dir``)
     trained in one process; see the module docstring."""
 
-    def __init__(self, cfgs: Sequence[GRPOConfig], device: torch.device | str = "cpu") -> None:
-        super().__init__(GRPO, cfgs, device)
-        if self.cfg.kl_beta > 0:
-            self.objective.extra_terms.append(partial(kl_to_reference, kl_coef=self.cfg.kl_beta))
+    def __init__(
+        self,
+        cfgs: Sequence[GRPOConfig],
+        device: torch.device | str = "cpu",
+        algorithm: type[GRPO] = GRPO,
+    ) -> None:
+        super().__init__(algorithm, cfgs, device)  # the objective has the runs' KL hook
         vec = self.runs[0].vec
         #: the episodes' padded length (None: the longest episode of each collection)
         self.pad_to = limit_of(vec) if hasattr(vec, "max_cycles") else None

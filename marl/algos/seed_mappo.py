@@ -56,11 +56,17 @@ __all__ = ["SeedMAPPO"]
 
 
 class SeedMAPPO(SeedBatch):
-    """S MAPPO runs (``cfgs[k]``: seed k's config, equal but for ``seed`` and ``run_dir``)
-    trained in one process; see the module docstring."""
+    """S MAPPO runs (``cfgs[k]``: seed k's config, equal but for ``seed`` and ``run_dir``;
+    ``algorithm``: MAPPO or a subclass, e.g. one of docs/extending.md's) trained in one
+    process; see the module docstring."""
 
-    def __init__(self, cfgs: Sequence[MAPPOConfig], device: torch.device | str = "cpu") -> None:
-        super().__init__(MAPPO, cfgs, device)
+    def __init__(
+        self,
+        cfgs: Sequence[MAPPOConfig],
+        device: torch.device | str = "cpu",
+        algorithm: type[MAPPO] = MAPPO,
+    ) -> None:
+        super().__init__(algorithm, cfgs, device)
         first = self.runs[0]
         self.critic = SeedCentralCritic([r.critic for r in self.runs]).to(self.device)
         self.critic_views = ordered_views(

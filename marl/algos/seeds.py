@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from marl.algos.base import Algorithm, ConfigError
+from marl.algos.base import Algorithm, ConfigError, resolve_algorithm
 from marl.algos.ppo import Minibatch, PPOLossConfig
 from marl.core.seed_batched import SeedViews, clip_grad_norm_per_seed_
 from marl.seed_policies import SeedMultiAgentPolicy
@@ -95,9 +95,19 @@ class SeedMinibatch(Minibatch):
 
 def unsupported_with_seeds(cfg: Any, *, distributed: bool = False) -> list[str]:
     """The options of ``cfg`` that ``--seeds`` cannot train, each with why (empty: fine)."""
+    from marl.algos.grpo import GRPO
+    from marl.algos.mappo import MAPPO
+
     problems = []
-    if cfg.algo not in ("mappo", "grpo"):
-        problems.append(f"--algo {cfg.algo}: --seeds trains mappo and grpo")
+    try:
+        cls = resolve_algorithm(cfg.algo)
+    except (ValueError, ImportError) as exc:
+        return [str(exc)]
+    if not issubclass(cls, (MAPPO, GRPO)):
+        problems.append(
+            f"--algo {cfg.algo}: --seeds trains MAPPO and GRPO and their subclasses, not "
+            f"{cls.__name__}"
+        )
     if distributed:
         problems.append("torchrun: --seeds runs in one process (not distributed)")
     if getattr(cfg, "optimism_offset", None) is not None:
@@ -195,7 +205,10 @@ class SeedBatch:
         self.policy = SeedMultiAgentPolicy([r.policy for r in self.runs]).to(self.device)
         self.policy_views = ordered_views(self.policy, policy_names(self.policy), first.policy)
         self.policy_opt = per_seed_adam(self.policy_views, self.cfg.lr)
-        self.objective = first.policy_update.objective.__class__()
+        # the runs' objective: its class and its hooks (GRPO's KL term, an algorithm's own
+        # terms: docs/extending.md), shared by the seeds, so a hook holds no run's state
+        objective = first.policy_update.objective
+        self.objective = type(objective)(extra_terms=objective.extra_terms)
         #: the quantity that turned non-finite and stopped seed k (None: it trains)
         self.stopped: list[str | None] = [None] * len(self.runs)
         #: seeds that spent their budget (they step no more)

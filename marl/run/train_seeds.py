@@ -34,6 +34,8 @@ from typing import Any
 import torch
 import yaml
 
+from marl.algos import resolve_algorithm
+from marl.algos.grpo import GRPO
 from marl.algos.seed_grpo import SeedGRPO
 from marl.algos.seed_mappo import SeedMAPPO
 from marl.algos.seeds import SeedBatch, unsupported_with_seeds
@@ -255,7 +257,9 @@ def train_seeds(
     compile_clock()
     ctx, device = _start_process(cfg)
     cfgs = [_seed_config(cfg, s, run.path) for s, run in zip(seeds, runs, strict=True)]
-    batch = (SeedGRPO if cfg.algo == "grpo" else SeedMAPPO)(cfgs, device)
+    algorithm = resolve_algorithm(cfg.algo)
+    batched = SeedGRPO if issubclass(algorithm, GRPO) else SeedMAPPO
+    batch = batched(cfgs, device, algorithm=algorithm)
     starts = _restore(batch, runs, options) if options.resuming else None
     keep = int(options.keep_checkpoints or DEFAULT_KEEP)
     if starts is None:
