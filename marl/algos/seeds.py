@@ -77,8 +77,8 @@ class SeedMinibatch(Minibatch):
         return cls(**{f.name: stacked(f.name) for f in fields(Minibatch)})
 
     def select(self, idx: Tensor) -> SeedMinibatch:
-        """Seed s's units ``idx[s]`` (``idx [S, b]`` long) of every seed."""
-        seeds = torch.arange(idx.shape[0], device=idx.device)[:, None]
+        """Seed s's units ``idx[s]`` (``idx [S, b]`` long) of every seed (one ``index_select``
+        of whole rows per field: the seed and unit axes flattened)."""
         taken = {}
         for f in fields(self):
             value = getattr(self, f.name)
@@ -87,10 +87,17 @@ class SeedMinibatch(Minibatch):
             elif f.name == "state":
                 n = self.n_agents
                 rows = (idx[..., None] * n + torch.arange(n, device=idx.device)).flatten(1)
-                taken[f.name] = tuple(s[seeds, rows] for s in value)
+                taken[f.name] = tuple(_take_rows(s, rows) for s in value)
             else:
-                taken[f.name] = value[seeds, idx]
+                taken[f.name] = _take_rows(value, idx)
         return replace(self, **taken)
+
+
+def _take_rows(x: Tensor, idx: Tensor) -> Tensor:
+    """``x [S, U, ...]`` at ``idx [S, b]`` along dim 1 -> ``[S, b, ...]`` (``x[s, idx[s]]``)."""
+    S, U = x.shape[:2]
+    flat = (idx + torch.arange(S, device=idx.device)[:, None] * U).reshape(-1)
+    return x.reshape(S * U, *x.shape[2:]).index_select(0, flat).reshape(S, -1, *x.shape[2:])
 
 
 def unsupported_with_seeds(cfg: Any, *, distributed: bool = False) -> list[str]:

@@ -440,7 +440,9 @@ class SeedGRU(nn.Module):
             b_ih, b_hh = getattr(self, f"bias_ih_l{layer}"), getattr(self, f"bias_hh_l{layer}")
             rows = layer_in.reshape(S, L * B, layer_in.shape[-1])
             gates_in = torch.baddbmm(b_ih.unsqueeze(1), rows, w_ih.transpose(1, 2))
-            gates_in = gates_in.view(S, L, B, 3 * H)
+            # unbind, not gates_in[:, t]: the backward of L selects would zero-fill the whole
+            # [S, L, B, 3H] gradient once per step (quadratic in L); unbind's stacks it once
+            steps_in = gates_in.view(S, L, B, 3 * H).unbind(1)
             w_hh_t, b_hh_row = w_hh.transpose(1, 2), b_hh.unsqueeze(1)
             state = h[:, :, layer]  # [S, B, H]
             outputs = []
@@ -448,7 +450,7 @@ class SeedGRU(nn.Module):
                 if resets is not None:
                     state = state.masked_fill(resets[:, :, t, None], 0.0)
                 gates_h = torch.baddbmm(b_hh_row, state, w_hh_t)  # [S, B, 3H]
-                state = _gru_cell(gates_in[:, t], gates_h, state)
+                state = _gru_cell(steps_in[t], gates_h, state)
                 outputs.append(state)
             layer_in = torch.stack(outputs, dim=1)  # [S, L, B, H]
             finals.append(state)
