@@ -108,8 +108,12 @@ def test_mean_difference_matches_numpy_reference() -> None:
     out = stats.mean_difference(x, y, reps=300, seed=4)
     assert out["value"] == pytest.approx(x.mean() - y.mean())
     assert out["relative"] == pytest.approx(x.mean() / y.mean() - 1)
-    ref = ref_bootstrap([x, y], lambda a, b: a.mean() - b.mean(), 300, 4)
+    ref = ref_bootstrap(
+        [x, y], lambda a, b: np.array([a.mean() - b.mean(), a.mean() / b.mean() - 1]), 300, 4
+    )
     np.testing.assert_allclose(out["ci"], ref[:, 0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(out["relative_ci"], ref[:, 1], rtol=0, atol=1e-12)
+    assert out["relative_ci"][0] < out["relative"] < out["relative_ci"][1]
     assert stats.mean_difference([0.2], [0.0, 0.0], reps=10)["relative"] is None
     assert stats.mean_difference([0.2], [0.1, 0.3], reps=10)["ci"] is None
 

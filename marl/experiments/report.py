@@ -38,7 +38,8 @@ evaluations) and ``auc_success`` from metrics.jsonl; and, where runs report them
                          "advantages": {"all" | TYPE: {"adv_raw" | "adv": {STAT: curve}}}}},
      "probability_of_improvement": {NAME: {METRIC: {"value", "ci", "n_x", "n_y",
                                                     "mean_difference": {"value", "ci",
-                                                                        "relative"},
+                                                                        "relative",
+                                                                        "relative_ci"},
                                                     "p_value", "test": {...},
                                                     primary: "p_holm", "shown", "direction";
                                                     others: "exploratory": true}}},
@@ -853,6 +854,9 @@ def _seed_claim_section(s: Mapping[str, Any]) -> list[str]:
         text += f" [{100 * diff['ci'][0]:+.1f}, {100 * diff['ci'][1]:+.1f}] ({conf} CI)"
     if diff["relative"] is not None:
         text += f", {100 * diff['relative']:+.0f}% relative to the baseline's mean"
+        if diff.get("relative_ci") is not None:
+            low, high = diff["relative_ci"]
+            text += f" [{100 * low:+.0f}%, {100 * high:+.0f}%]"
     text += ". " + stats.verdict("calibrated", "baseline", "final success rate", poi)
     return [*lines, text, ""]
 
@@ -1040,7 +1044,11 @@ def _results_section(s: Mapping[str, Any]) -> list[str]:
                 diff = poi["mean_difference"]
                 diff_text = _fmt_ci(diff["value"], diff["ci"])
                 if diff["relative"] is not None:
-                    diff_text += f" ({100 * diff['relative']:+.0f}%)"
+                    rel = f"{100 * diff['relative']:+.0f}%"
+                    if diff.get("relative_ci") is not None:
+                        low, high = diff["relative_ci"]
+                        rel += f" [{100 * low:+.0f}%, {100 * high:+.0f}%]"
+                    diff_text += f" ({rel})"
             lines.append(
                 f"| {name} | {m['n']} | {_fmt_ci(m['iqm'], m['iqm_ci'])} | "
                 f"{_fmt_ci(m['mean'], m['mean_ci'])} | {per_seed} | {poi_text} | {diff_text} |"

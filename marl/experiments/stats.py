@@ -239,15 +239,17 @@ def mean_difference(
     confidence: float = 0.95,
 ) -> dict[str, Any]:
     """``mean(x) - mean(y)`` with a CI (runs of x and of y resampled independently), and the
-    relative difference ``mean(x) / mean(y) - 1`` (None when mean(y) is 0).
+    relative difference ``mean(x) / mean(y) - 1`` (None when mean(y) is 0) with its CI from
+    the same resamples.
 
-    Returns ``{"value", "ci", "relative"}``; ``ci`` is None when a side has fewer than two runs,
-    every figure None when a side is empty.
+    Returns ``{"value", "ci", "relative", "relative_ci"}``; the CIs are None when a side has
+    fewer than two runs (``relative_ci`` also when a resample's mean(y) is 0), every figure
+    None when a side is empty.
     """
     _check_reps_confidence(reps, confidence)
     sx = _as_scores(x, "mean_difference x")
     sy = _as_scores(y, "mean_difference y")
-    out: dict[str, Any] = {"value": None, "ci": None, "relative": None}
+    out: dict[str, Any] = {"value": None, "ci": None, "relative": None, "relative_ci": None}
     if sx.shape[0] == 0 or sy.shape[0] == 0:
         return out
     mx, my = float(sx.mean()), float(sy.mean())
@@ -255,16 +257,21 @@ def mean_difference(
     out["relative"] = mx / my - 1.0 if my != 0 else None
     if sx.shape[0] < 2 or sy.shape[0] < 2:
         return out
+
+    def both(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        mean_b = np.mean(b)
+        relative = np.mean(a) / mean_b - 1.0 if mean_b != 0 else np.nan
+        return np.array([np.mean(a) - mean_b, relative])
+
     rly, _ = _rliable()
-    with seeded_global_rng(seed):
+    with seeded_global_rng(seed), np.errstate(divide="ignore", invalid="ignore"):
         _, intervals = rly.get_interval_estimates(
-            {"x": [sx, sy]},
-            lambda a, b: np.mean(a) - np.mean(b),
-            reps=int(reps),
-            confidence_interval_size=float(confidence),
+            {"x": [sx, sy]}, both, reps=int(reps), confidence_interval_size=float(confidence)
         )
-    ci = np.asarray(intervals["x"], dtype=np.float64).reshape(2)
-    out["ci"] = [float(ci[0]), float(ci[1])]
+    ci = np.asarray(intervals["x"], dtype=np.float64).reshape(2, 2)
+    out["ci"] = [float(ci[0, 0]), float(ci[1, 0])]
+    if out["relative"] is not None and np.isfinite(ci[:, 1]).all():
+        out["relative_ci"] = [float(ci[0, 1]), float(ci[1, 1])]
     return out
 
 
