@@ -122,3 +122,22 @@ def test_cli_trains_a_grpo_batch(tmp_path) -> None:
     for seed in (0, 1):
         assert os.path.isfile(os.path.join(root, f"seed_{seed}", "finished.json"))
         assert os.path.isfile(os.path.join(root, f"seed_{seed}", "eval.json"))
+
+
+def test_grpo_batch_on_a_pettingzoo_env_with_leaving_agents(one_thread) -> None:
+    """An env through marl.adapters without ``max_cycles``: the episodes pad to the longest
+    of the batch, so seed k agrees with the seed alone to float32 rounding (not bits)."""
+    env = {"leave_at": 2, "horizon": 5}
+
+    def cfg(seed: int) -> TrainConfig:
+        c = TrainConfig(algo="grpo", env_fn="test_adapters:relay_env", env=dict(env),
+                        num_envs=4, group_size=2, progress=False, seed=seed)  # fmt: skip
+        validate_config(c)
+        return c
+
+    big, alone = SeedGRPO([cfg(0), cfg(1)]), SeedGRPO([cfg(1)])
+    ours, ref = big.iteration(0.0), alone.iteration(0.0)
+    assert ours[1]["env_steps_delta"] == ref[0]["env_steps_delta"]
+    assert ours[1]["loss/policy"] == pytest.approx(ref[0]["loss/policy"], rel=1e-4, abs=1e-6)
+    for a, b in zip(big.policy.parameters(), alone.policy.parameters(), strict=True):
+        torch.testing.assert_close(a[1], b[0], rtol=1e-4, atol=1e-6)

@@ -215,3 +215,26 @@ def test_a_stopped_seed_records_why_in_finished_json_and_compare_skips_it(
     assert [r["update"] for r in metrics(os.path.join(root, "seed_3"))] == [1, 2, 3, 4]
     assert run_finished(os.path.join(root, "seed_3"))
     assert not run_finished(os.path.join(root, "seed_5"))
+
+
+def test_a_pettingzoo_env_through_the_adapter_with_leaving_agents(one_thread) -> None:
+    """An env through marl.adapters (PettingZoo, agents that leave early): seed k in a batch
+    equals the seed alone, and the agents that left are masked as in a single-seed run."""
+    env = {"leave_at": 2, "horizon": 5}
+
+    def cfg(seed: int) -> TrainConfig:
+        c = TrainConfig(env_fn="test_adapters:relay_env", env=dict(env), num_envs=2,
+                        rollout_steps=10, progress=False, seed=seed,
+                        parallel_update=False)  # fmt: skip
+        validate_config(c)
+        return c
+
+    big = SeedMAPPO([cfg(0), cfg(1)])
+    alone = SeedMAPPO([cfg(1)])
+    rows_big = [big.iteration(p) for p in (0.0, 0.5)]
+    rows_alone = [alone.iteration(p) for p in (0.0, 0.5)]
+    for a, b in zip(rows_big, rows_alone, strict=True):
+        assert without_time(a[1]) == without_time(b[0])
+        assert torch.isfinite(torch.tensor(a[1]["loss/policy"]))
+    for a, b in zip(big.policy.parameters(), alone.policy.parameters(), strict=True):
+        assert torch.equal(a[1], b[0])
