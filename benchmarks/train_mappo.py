@@ -28,18 +28,21 @@ Peak memory of one long-window update (a fresh process per rollout length T = se
     python benchmarks/train_mappo.py memory [--lengths 512 1024 2048] [--backbone mamba] \
         [--num-envs 8] [-- extra train flags]
 
-Many seeds at once (issue 37): training throughput of :class:`marl.algos.seed_mappo.SeedMAPPO`
-with seeds 0..S-1 batched in one process, for each S of ``--sizes`` (S=1 always), as
-agent-steps/s summed over the seeds (S * T * E * agents * updates / seconds), per seed, the
-ratio to S=1, agent-steps per CPU-second and peak RSS; each run in a fresh process (so a size's
-RSS is its own), one warm-up iteration and ``--updates`` timed ones, ``--rounds`` rounds with
-the sizes' order alternating, medians. Today's single-seed trainer
-(:class:`marl.algos.mappo.MAPPO`, seed 0, same flags) runs back to back with S=1 in every
-round: the ratio "S=1 new / single-seed MAPPO" (target >= 0.9). Then the phase profile
-(``time/collect_s``, ``time/update_s``) of the largest S <= 16::
+Many seeds at once (issue 37): training throughput of seeds 0..S-1 batched in one process,
+:class:`marl.algos.seed_mappo.SeedMAPPO`, or :class:`marl.algos.seed_grpo.SeedGRPO` when the
+train flags after ``--`` say ``--algo grpo``, for each S of ``--sizes`` (S=1 always), as
+agent-steps/s summed over the seeds (each seed's ``env_steps_delta`` summed over the timed
+iterations, times the agents, over the seconds: GRPO's env steps per iteration vary with its
+episodes), per seed, the ratio to S=1, agent-steps per CPU-second and peak RSS; each run in a
+fresh process (so a size's RSS is its own), one warm-up iteration and ``--updates`` timed ones,
+``--rounds`` rounds with the sizes' order alternating, medians. Today's single-seed trainer
+(:class:`marl.algos.mappo.MAPPO` or :class:`marl.algos.grpo.GRPO`, seed 0, same flags) runs
+back to back with S=1 in every round: the ratio "S=1 new / single-seed" (target >= 0.9). Then
+the phase profile (``time/collect_s``, ``time/update_s``) of the largest S <= 16::
 
     python benchmarks/train_mappo.py seeds [--backbone mlp] [--sizes 1 4 16 64] \
         [--updates 3] [--rounds 2] [--threads 1] [-- extra train flags, e.g. --env.preset memory]
+    python benchmarks/train_mappo.py seeds --sizes 1 4 16 -- --algo grpo --env.preset small
 
 numba's thread pool is sized to ``--threads`` (``NUMBA_NUM_THREADS``, unless already set in
 the environment) before anything imports numba: with a pool larger than the threads torch
@@ -327,45 +330,57 @@ def memory(args: argparse.Namespace) -> None:
         )
 
 
-# ---- seeds: multi-seed training throughput of marl.algos.seed_mappo.SeedMAPPO ------------
+# ---- seeds: multi-seed training throughput of SeedMAPPO / SeedGRPO ------------------------
 
-#: the child that runs today's single-seed trainer (marl.algos.mappo.MAPPO) as the reference
-_REFERENCE = "mappo"
+#: the child that runs today's single-seed trainer (MAPPO or GRPO) as the reference
+_REFERENCE = "single"
 
 
 _SEEDS_HELP = """\
-Training throughput of marl.algos.seed_mappo.SeedMAPPO (python -m marl.train --seeds): seeds
-0..S-1 trained together in one process, for each S of --sizes.
+Training throughput of many seeds at once (python -m marl.train --seeds): seeds 0..S-1
+trained together in one process, for each S of --sizes, by marl.algos.seed_mappo.SeedMAPPO,
+or by marl.algos.seed_grpo.SeedGRPO when the train flags after -- hold --algo grpo.
 
-For each S a fresh process (this script, hidden option --child S) builds SeedMAPPO with one
+For each S a fresh process (this script, hidden option --child S) builds the batch with one
 config per seed (the train flags after --, seed k for seed k), runs one untimed warm-up
-iteration (numba kernels, buffers) and then --updates timed iterations (one rollout of T x E
-env steps per seed and the update on it). Today's single-seed trainer, marl.algos.mappo.MAPPO
-with the same flags and seed 0, runs the same way in its own process, back to back with S=1.
---rounds rounds go over all runs, the order of the sizes alternating (small to large, then
-large to small), and the figures are medians over the rounds.
+iteration (numba kernels, buffers) and then --updates timed iterations (MAPPO: one rollout of
+T x E env steps per seed and the update on it; GRPO: every seed's groups of whole episodes
+and the update on them). Today's single-seed trainer, marl.algos.mappo.MAPPO or
+marl.algos.grpo.GRPO with the same flags and seed 0, runs the same way in its own process,
+back to back with S=1. --rounds rounds go over all runs, the order of the sizes alternating
+(small to large, then large to small), and the figures are medians over the rounds.
+
+Agent-steps: each seed's env steps of its timed iterations (the metrics' env_steps_delta,
+summed over the seeds and iterations; GRPO's vary with its episodes) times the agents.
 
 Printed (stdout; progress per run on stderr):
   table, one row per S:
-    agent-steps/s   summed over the seeds: S * T * E * agents * updates / wall seconds
+    agent-steps/s   summed over the seeds: agent-steps / wall seconds
     per seed/s      the same divided by S
     x S=1           agent-steps/s relative to S=1 (what batching S seeds buys)
     per cpu-s       agent-steps per CPU second of the process (all its threads): less
                     sensitive than wall time to other jobs on a shared machine
     peak RSS MiB    ru_maxrss of the run's process at its end (that S alone)
-  the single-seed MAPPO reference, and the ratio S=1 new / single-seed MAPPO (median of the
-  rounds' back-to-back pairs, wall and cpu; target >= 0.9);
+  the single-seed reference (MAPPO or GRPO), and the ratio S=1 new / single-seed (median of
+  the rounds' back-to-back pairs, wall and cpu; target >= 0.9);
   phase profile: seconds per iteration in the rollout (time/collect_s), the update
-  (time/update_s) and the rest, mean over the timed iterations, for the single-seed MAPPO,
-  S=1 and the largest S <= 16.
+  (time/update_s) and the rest, mean over the timed iterations, for the single-seed
+  reference, S=1 and the largest S <= 16.
+
+Refused up front (argparse errors): --seed/--seeds/--resume after --, and the options the
+batch cannot train (marl.algos.seeds.unsupported_with_seeds, e.g. --tbptt-chunk).
 
 torch runs --threads intra-op threads; numba's pool is sized to --threads unless
 NUMBA_NUM_THREADS is set (see the module docstring: python benchmarks/train_mappo.py -h).
 
-example:
+examples:
   python benchmarks/train_mappo.py seeds --sizes 1 4 16 --updates 3 --rounds 2
   python benchmarks/train_mappo.py seeds --backbone gru --sizes 1 4 16 --updates 2 \\
       --rounds 1 -- --env.preset memory
+  python benchmarks/train_mappo.py seeds --backbone mamba2 --sizes 1 4 16 --updates 1 \\
+      --rounds 1 -- --env.preset memory
+  python benchmarks/train_mappo.py seeds --sizes 1 4 16 --updates 2 -- --algo grpo \\
+      --env.preset small
 """
 
 
@@ -385,12 +400,24 @@ def _seeds_config(args: argparse.Namespace):
     return _train_config(args.backbone, args.extra, args.threads)
 
 
+def _seeds_classes(cfg) -> tuple[type, type]:
+    """(the single-seed trainer, the batch over seeds) of ``cfg.algo``, as ``marl.train
+    --seeds`` picks them: SeedGRPO for GRPO and its subclasses, SeedMAPPO otherwise."""
+    from marl.algos.base import resolve_algorithm
+    from marl.algos.grpo import GRPO
+    from marl.algos.seed_grpo import SeedGRPO
+    from marl.algos.seed_mappo import SeedMAPPO
+
+    algorithm = resolve_algorithm(cfg.algo)
+    return algorithm, SeedGRPO if issubclass(algorithm, GRPO) else SeedMAPPO
+
+
 def _check_seeds_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse, as argparse errors, what the children would fail on only after minutes."""
     for flag in args.extra:
         if flag.split("=", 1)[0] in ("--seed", "--seeds", "--resume"):
             parser.error(f"{flag.split('=', 1)[0]} after --: the seeds are 0..S-1 for each S")
-    from marl.algos.seed_mappo import unsupported_with_seeds
+    from marl.algos.seeds import unsupported_with_seeds
     from marl.run.config import ConfigError
 
     try:
@@ -403,9 +430,9 @@ def _check_seeds_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
 
 
 def _seeds_child(args: argparse.Namespace) -> None:
-    """One run in this (fresh) process: ``--child S`` trains seeds 0..S-1 with SeedMAPPO,
-    ``--child mappo`` seed 0 with the single-seed MAPPO; one warm-up iteration, then
-    ``--updates`` timed ones; prints one JSON line with the figures."""
+    """One run in this (fresh) process: ``--child S`` trains seeds 0..S-1 with the batch
+    (SeedMAPPO or SeedGRPO), ``--child single`` seed 0 with the single-seed trainer; one
+    warm-up iteration, then ``--updates`` timed ones; prints one JSON line with the figures."""
     import copy
     import resource
 
@@ -417,52 +444,54 @@ def _seeds_child(args: argparse.Namespace) -> None:
     cfg = _seeds_config(args)
     cfg.seed = 0
     configure_process(cfg)  # as the trainer does: numba's layer, glibc's thresholds
+    algorithm, batched = _seeds_classes(cfg)
     if args.child == _REFERENCE:
-        from marl.algos.mappo import MAPPO
-
         S = 1
         _seed_everything(cfg.seed)  # as marl.run.train seeds a single-seed run
-        algo = MAPPO(cfg, None)
+        algo = algorithm(cfg, None)
 
         def iteration(progress: float) -> list[dict[str, float]]:
             return [algo.iteration(progress)]
     else:
-        from marl.algos.seed_mappo import SeedMAPPO
-
         S = int(args.child)
         cfgs = []
         for k in range(S):
             one = copy.copy(cfg)  # as marl.run.train_seeds builds seed k's config
             one.seed = k
             cfgs.append(one)
-        algo = SeedMAPPO(cfgs, "cpu")
+        algo = batched(cfgs, "cpu", algorithm=algorithm)
         iteration = algo.iteration
     built = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB (Linux: KiB)
     planned = args.updates + 1
     iteration(0.0)  # warm-up: numba kernels loaded, buffers allocated
-    wall = cpu = collect = update = 0.0
+    wall = cpu = collect = update = env_steps = 0.0
     for i in range(1, planned):
         t, c = time.perf_counter(), time.process_time()
         rows = iteration(i / planned)
         wall += time.perf_counter() - t
         cpu += time.process_time() - c
-        row = next((r for r in rows if r), {})  # a seed that stopped returns {}
+        env_steps += sum(r.get("env_steps_delta", 0.0) for r in rows)  # {}: a stopped seed
+        row = next((r for r in rows if r), {})
         collect += row.get("time/collect_s", float("nan"))
         update += row.get("time/update_s", float("nan"))
     n_agents = algo.layout.n_agents
-    steps = S * cfg.rollout_steps * cfg.num_envs * n_agents * args.updates
+    steps = env_steps * n_agents
     out = {
         "run": args.child,
         "S": S,
+        "algo": algorithm.__name__,
+        "batch": batched.__name__,
         "sps": steps / wall,
         "cpu_sps": steps / cpu,
+        "env_steps_per_seed_iteration": env_steps / (S * args.updates),
         "iteration_s": wall / args.updates,
         "collect_s": collect / args.updates,
         "update_s": update / args.updates,
         "rss_built_mib": built,
         "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "E": cfg.num_envs,
-        "T": cfg.rollout_steps,
+        "T": getattr(cfg, "rollout_steps", None),
+        "group_size": getattr(cfg, "group_size", None),
         "n_agents": n_agents,
         "backbone": cfg.backbone,
         "env": cfg.env or "small preset",
@@ -483,7 +512,7 @@ def _run_seeds_child(args: argparse.Namespace, run: str) -> dict:
         raise SystemExit(f"seeds: the run {run!r} failed (exit {out.returncode}):\n{tail}")
     row = json.loads(out.stdout.strip().splitlines()[-1])
     print(
-        f"  {'S=' + run if run != _REFERENCE else 'single-seed MAPPO':<18}"
+        f"  {'S=' + run if run != _REFERENCE else 'single-seed ' + row['algo']:<18}"
         f"{row['sps']:>12,.0f} agent-steps/s  {row['rss_mib']:>7.0f} MiB  "
         f"({time.perf_counter() - t:.0f}s with start-up)",
         file=sys.stderr,
@@ -493,9 +522,9 @@ def _run_seeds_child(args: argparse.Namespace, run: str) -> dict:
 
 
 def seeds(args: argparse.Namespace) -> None:
-    """Multi-seed throughput of SeedMAPPO per S, each run in a fresh process (peak RSS of that
-    S alone), rounds alternating the order of the sizes, medians over the rounds; today's
-    single-seed MAPPO back to back with S=1 in every round."""
+    """Multi-seed throughput of SeedMAPPO or SeedGRPO per S, each run in a fresh process (peak
+    RSS of that S alone), rounds alternating the order of the sizes, medians over the rounds;
+    today's single-seed trainer back to back with S=1 in every round."""
     sizes = sorted(set(args.sizes) | {1})  # S=1 is the reference of the ratios
     runs = [_REFERENCE, *(str(s) for s in sizes)]
     rows: dict[str, list[dict]] = {run: [] for run in runs}
@@ -511,9 +540,17 @@ def seeds(args: argparse.Namespace) -> None:
         return _median([r[key] for r in rows[run]])
 
     first = rows["1"][0]
+    single = f"single-seed {first['algo']}"
+    if first["T"] is not None:
+        shape = f"E={first['E']} T={first['T']}"
+    else:  # GRPO: whole episodes, their length varies
+        shape = (
+            f"E={first['E']} group_size={first['group_size']} (whole episodes: env steps per "
+            f"seed and iteration {med('1', 'env_steps_per_seed_iteration'):,.0f} at S=1)"
+        )
     print(
-        f"seeds: SeedMAPPO, seeds 0..S-1 in one process; backbone={first['backbone']} "
-        f"E={first['E']} T={first['T']} agents={first['n_agents']} env={first['env']} "
+        f"seeds: {first['batch']}, seeds 0..S-1 in one process; backbone={first['backbone']} "
+        f"{shape} agents={first['n_agents']} env={first['env']} "
         f"parallel_update={first['parallel_update']}; torch threads={args.threads} numba "
         f"threads={first['numba_threads']}; {args.updates} timed iterations after 1 warm-up, "
         f"a fresh process per run, {args.rounds} round(s), medians; extra flags "
@@ -534,13 +571,15 @@ def seeds(args: argparse.Namespace) -> None:
     paired_cpu = [
         n["cpu_sps"] / r["cpu_sps"] for n, r in zip(rows["1"], rows[_REFERENCE], strict=True)
     ]
+    module = "mappo" if first["algo"] == "MAPPO" else "grpo" if first["algo"] == "GRPO" else None
+    where = f"marl.algos.{module}.{first['algo']}, " if module else ""
     print(
-        f"single-seed MAPPO (marl.algos.mappo.MAPPO, seed 0): {med(_REFERENCE, 'sps'):,.0f} "
+        f"{single} ({where}seed 0): {med(_REFERENCE, 'sps'):,.0f} "
         f"agent-steps/s, {med(_REFERENCE, 'cpu_sps'):,.0f} per cpu-s, peak RSS "
         f"{med(_REFERENCE, 'rss_mib'):.0f} MiB"
     )
     print(
-        f"ratio S=1 new / single-seed MAPPO: {_median(paired):.3f} wall, "
+        f"ratio S=1 new / {single}: {_median(paired):.3f} wall, "
         f"{_median(paired_cpu):.3f} cpu (median of the rounds' back-to-back pairs; "
         f"target >= 0.9)"
     )
@@ -557,7 +596,7 @@ def seeds(args: argparse.Namespace) -> None:
     for run in dict.fromkeys([_REFERENCE, "1", str(profiled)]):
         it, co, up = med(run, "iteration_s"), med(run, "collect_s"), med(run, "update_s")
         S = rows[run][0]["S"]
-        label = "single-seed MAPPO" if run == _REFERENCE else f"S={run}"
+        label = single if run == _REFERENCE else f"S={run}"
         print(
             f"{label:<18}{it:>10.3f}{co:>9.3f}{up:>9.3f}{it - co - up:>8.3f}"
             f"{co / it:>10.0%}{up / it:>9.0%}{co / S:>14.4f}{up / S:>13.4f}"
@@ -692,7 +731,7 @@ def main() -> None:
     mp.add_argument("extra", nargs="*", help="extra train flags after --")
     sp = sub.add_parser(
         "seeds",
-        help="multi-seed training throughput of SeedMAPPO (issue 37)",
+        help="multi-seed training throughput of SeedMAPPO / SeedGRPO (issue 37)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=_SEEDS_HELP,
     )
@@ -730,7 +769,8 @@ def main() -> None:
         "extra",
         nargs="*",
         help="train flags of python -m marl.train after --, e.g. -- --env.preset memory "
-        "--num-envs 32 (not --seed/--seeds: the seeds are 0..S-1)",
+        "--num-envs 32, or -- --algo grpo for GRPO (not --seed/--seeds: the seeds are "
+        "0..S-1)",
     )
     lp = sub.add_parser("learn")
     lp.add_argument("--max-time", type=float, default=900)
