@@ -11,6 +11,7 @@
 #   seeds=16                   seeds per variant
 #   total_steps=1000000        env steps per run (the budget)
 #   args=--algo grpo ...       further marl.compare options (optional)
+#   persist_policies=1         --persist also keeps each run's final policy (optional)
 # The code is checked out as a git worktree ($TMPDIR/coopsearch-code-<commit>), so later
 # commits on main do not mix into the study (marl.compare refuses mixed commits). The runs
 # live in runs/<DIR below docs/results> (not committed); --persist copies the finished ones
@@ -21,7 +22,7 @@
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-$REPO/.venv/bin/python}"
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 [ $# -ge 1 ] || { usage >&2; exit 2; }
 case "$1" in -h|--help) usage; exit 0 ;; esac
 DOCS="$(cd "$1" && pwd)"; shift
@@ -68,7 +69,9 @@ if [ ! -f "$OUT/compare.json" ] && [ -f "$DOCS/compare.json" ]; then
 fi
 if [ "$PERSIST" = 1 ]; then
     compare --report-only --no-progress || true  # missing runs are listed, not an error here
-    bash "$REPO/benchmarks/persist_runs.sh" "$OUT" "$DOCS"
+    POLICY_FLAG=()
+    [ "$(key persist_policies)" = 1 ] && POLICY_FLAG=(--policies)
+    bash "$REPO/benchmarks/persist_runs.sh" "$OUT" "$DOCS" ${POLICY_FLAG[@]+"${POLICY_FLAG[@]}"}
     for f in report.md summary.json; do [ -f "$OUT/$f" ] && cp "$OUT/$f" "$DOCS/"; done
     if [ -d "$OUT/plots" ]; then rm -rf "$DOCS/plots" && cp -r "$OUT/plots" "$DOCS/"; fi
     exit 0

@@ -77,3 +77,29 @@ def test_dry_run_plans_every_variant_and_seed_with_the_study_args(tmp_path: Path
     assert all("--algo=grpo" in x and "--total-steps=4096" in x for x in plan)
     assert all("--env.rescuer_reward_scale=10" in x for x in plan)
     assert all(str(tmp_path / "runs" / "mystudy") in x for x in plan)
+
+
+@pytest.mark.parametrize("policies", [False, True])
+def test_persist_runs_copies_finished_runs_and_with_policies_their_policy(
+    tmp_path: Path, policies: bool
+) -> None:
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    (src / "runs" / "a" / "seed_0" / "policy").mkdir(parents=True)
+    (src / "runs" / "a" / "seed_1").mkdir(parents=True)
+    (src / "compare.json").write_text("{}")
+    done = src / "runs" / "a" / "seed_0"
+    for name in ("config.yaml", "eval.json", "finished.json", "metrics.jsonl"):
+        (done / name).write_text(name)
+    (done / "policy" / "policy.json").write_text("{}")
+    (done / "policy" / "weights.pt").write_text("w")
+    (src / "runs" / "a" / "seed_1" / "config.yaml").write_text("unfinished")
+    args = [str(src), str(dest)] + (["--policies"] if policies else [])
+    script = REPO / "benchmarks" / "persist_runs.sh"
+    res = subprocess.run(["bash", str(script), *args], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "1 finished runs" in res.stdout
+    kept = dest / "runs" / "a" / "seed_0"
+    assert (kept / "eval.json").read_text() == "eval.json"
+    assert (kept / "metrics.jsonl.gz").is_file()
+    assert not (dest / "runs" / "a" / "seed_1").exists()
+    assert (kept / "policy" / "weights.pt").is_file() == policies
