@@ -39,7 +39,8 @@ from marl.experiments.compare import main as compare_main
 from marl.run import train as train_module
 from marl.run.config import parse_cli
 from marl.run.evaluate import main as evaluate_main
-from marl.run.train import main as train_main
+from marl.run.train_seeds import seeds_invocation
+from marl.train import main as train_main  # the entry point: --seeds dispatches there
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -71,6 +72,7 @@ class Check:
 INSTALL = "installs packages: tests/test_install.py installs the package into a fresh venv"
 TINY_TIME = {"--max-time": "1"}  # in place of the README's minutes
 MAPPO = "python -m marl.train --algo mappo --total-steps 2000000 --seed 1 --run-dir runs/mappo"
+BATCH = "python -m marl.train --seeds 0-15 --total-steps 500000 --run-dir runs/batch"
 
 #: README command (as :func:`readme_commands` spells it) -> how it is checked
 CHECKS: dict[str, Check] = {
@@ -132,6 +134,21 @@ CHECKS: dict[str, Check] = {
         )
     ),
     "python -m marl.train --help": Check("run"),
+    # Many seeds at once (two seeds, one update each, in place of sixteen)
+    BATCH: Check(
+        "run",
+        set={"--seeds": "2-3", "--total-steps": "2048"},
+        writes=("runs/batch/seed_2/finished.json", "runs/batch/seed_3/eval.json"),
+    ),
+    "python -m marl.train --resume runs/batch --total-steps 1000000": Check(
+        "run",
+        set={"--total-steps": "4096"},
+        after=BATCH,
+        writes=("runs/batch/seed_3/checkpoints/ckpt_2.pt",),
+    ),
+    "python -m marl.evaluate runs/batch/seed_3": Check(
+        "run", after=BATCH, writes=("runs/batch/seed_3/eval_*",)
+    ),
     # Train on your own environment
     "python -m marl.train --env-fn mpe2.simple_speaker_listener_v4:parallel_env "
     "--env.max_cycles 25 --max-time 240": Check(
@@ -325,5 +342,6 @@ def test_readme_train_command_parses_and_builds_its_env(command, scratch, monkey
     args = _module_and_args(command)[1]
     args = args[args.index("marl.train") + 1 :] if "marl.train" in args else args
     _, rest = train_module._parse_wandb_flags(args)
-    cfg = parse_cli(rest)
+    batch = seeds_invocation(rest)  # --seeds: the seeds are checked, the rest is a run's
+    cfg = parse_cli(rest if batch is None else batch[1])
     train_module._check_env(cfg)
