@@ -20,6 +20,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
                           cwd=REPO, timeout=300)  # fmt: skip
 
 
+@pytest.mark.slow  # a benchmark script's own check (about 20 s): the slow tier, run by CI
 def test_one_row_per_size_and_phase_with_the_update_doubling_with_the_seeds() -> None:
     res = run("--sizes", "1", "2", "--gemm-size", "64", "--", *TINY)
     assert res.returncode == 0, res.stderr[-2000:]
