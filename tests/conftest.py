@@ -19,7 +19,20 @@ sibling module.
 
 from __future__ import annotations
 
+import pytest
+import torch
+
 from seqmodels.kernels import auto_threading_layer, numba_available, set_numba_threading_layer
 
 if numba_available():
     set_numba_threading_layer(auto_threading_layer())
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test (bit-for-bit checks of batched and single-seed code
+    hold per thread count), restored after it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

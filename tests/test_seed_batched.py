@@ -42,14 +42,6 @@ from seqmodels.backbones import GRUBackbone, MLPBackbone
 RTOL, ATOL = 1e-5, 1e-6
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def actor_torso(obs_dim: int, hidden: int, n_actions: int, activation: str) -> nn.Sequential:
     """A feed-forward actor as the project builds it: MLPBackbone's layers, then a head."""
     backbone = MLPBackbone(obs_dim, hidden, num_layers=2, activation=activation)

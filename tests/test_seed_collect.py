@@ -33,14 +33,6 @@ SEEDS = [0, 1, 2]
 ROLLOUTS = 2
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def make_cfg(
     backbone: str, seed: int = 0, value_ensemble: int = 1, num_envs: int = 4
 ) -> TrainConfig:

@@ -25,14 +25,6 @@ from marl.train import main as train_main
 TINY_ENV = {"grid_size": 8, "max_cycles": 30, "n_targets": 2, "n_scouts": 1, "n_rescuers": 2}
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def make_cfg(backbone: str, seed: int) -> TrainConfig:
     cfg = TrainConfig(algo="grpo", num_envs=8, group_size=4, hidden_dim=16, epochs=2,
                       num_minibatches=2, env=dict(TINY_ENV), seed=seed, backbone=backbone,

@@ -33,14 +33,6 @@ from marl.train import main as train_main
 FAKE = "test_train_fakeenv:vector_env"
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def make_cfg(backbone: str, seed: int = 0) -> TrainConfig:
     cfg = TrainConfig(env_fn=FAKE, num_envs=4, rollout_steps=8, seq_len=4, burn_in=2,
                       env={"max_cycles": 5, "goal": 2, "n_pickers": 2}, progress=False,

@@ -45,14 +45,6 @@ SEEDS = [11, 12, 13, 14, 15]
 K = 3  # the seed compared in a stack of one
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def make_actors(kind: str, seeds=SEEDS, activation: str = "tanh") -> list[TypeActor]:
     actors = []
     for seed in seeds:

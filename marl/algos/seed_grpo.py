@@ -30,6 +30,7 @@ from dataclasses import fields, replace
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from marl.algos.grpo import GRPO, GRPOConfig, episode_units, group_seeds
 from marl.algos.ppo import Minibatch, PPOLossConfig
@@ -52,16 +53,23 @@ def pad_episodes(mb: Minibatch, length: int) -> Minibatch:
         raise ValueError(f"episodes of {T} steps exceed the padding length {length}")
     if length == T:
         return mb
-    padded = {}
+    pad = _padding(mb, length - T)
+    return replace(mb, **{name: torch.cat([getattr(mb, name), value], dim=1)
+                          for name, value in pad.items()})  # fmt: skip
+
+
+def _padding(mb: Minibatch, steps: int) -> dict[str, Tensor]:
+    """``steps`` padding steps of each per-step field of ``mb`` (the initial state and the
+    burn-in lengths are per unit, not per step)."""
+    out = {}
     for f in fields(mb):
         value = getattr(mb, f.name)
         if value is None or f.name in ("state", "burn_in"):
-            padded[f.name] = value
             continue
-        shape = (value.shape[0], length - T, *value.shape[2:])
-        fill = torch.full(shape, _PAD.get(f.name, 0), dtype=value.dtype, device=value.device)
-        padded[f.name] = torch.cat([value, fill], dim=1)
-    return replace(mb, **padded)
+        shape = (value.shape[0], steps, *value.shape[2:])
+        out[f.name] = torch.full(shape, _PAD.get(f.name, 0), dtype=value.dtype,
+                                 device=value.device)  # fmt: skip
+    return out
 
 
 class SeedGRPO(SeedBatch):
@@ -190,13 +198,4 @@ class SeedGRPO(SeedBatch):
 
 def _empty_like(mb: Minibatch) -> Minibatch:
     """Units of ``mb``'s shape that enter no loss: one padding step (padded further later)."""
-    one = {}
-    for f in fields(mb):
-        value = getattr(mb, f.name)
-        if value is None or f.name in ("state", "burn_in"):
-            one[f.name] = value
-            continue
-        shape = (value.shape[0], 1, *value.shape[2:])
-        one[f.name] = torch.full(shape, _PAD.get(f.name, 0), dtype=value.dtype,
-                                 device=value.device)  # fmt: skip
-    return replace(mb, **one)
+    return replace(mb, **_padding(mb, 1))
