@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "benchmarks" / "train_mappo.py")
 TINY = ["--env.preset", "small", "--num-envs", "2", "--rollout-steps", "8",
@@ -65,11 +67,13 @@ def _check_table(extra: list[str], batch: str, single: str) -> str:
     return text
 
 
+@pytest.mark.slow  # a benchmark script's own check (about 25 s): the slow tier
 def test_seeds_prints_one_row_per_size_with_positive_figures() -> None:
     text = _check_table(TINY, "SeedMAPPO", "single-seed MAPPO")
     assert "E=2 T=8 agents=" in text
 
 
+@pytest.mark.slow  # a benchmark script's own check (about 25 s): the slow tier
 def test_seeds_with_algo_grpo_measures_seed_grpo_against_single_seed_grpo() -> None:
     text = _check_table(TINY_GRPO, "SeedGRPO", "single-seed GRPO")
     # GRPO's env steps per iteration vary: the header gives them (whole episodes)
