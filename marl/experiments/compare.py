@@ -705,7 +705,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="Train up to S seeds of a variant in one process (marl.train --seeds: one "
         "batched rollout and update; seed k's results equal a batch of one bit for bit). "
         "Needs --total-steps (mappo or grpo). A resumed run continues alone. Default 1: a process "
-        "per run.",
+        "per run (measured on two cores, BENCHMARKS.md 'Many seeds at once': 4 seeds per "
+        "process gave 1.1-1.25x the runs per hour for mlp, gru and GRPO and 0.97x for mamba2, "
+        "too little and too mixed to change the default).",
     )
     protocol.add_argument(
         "--pilot",
