@@ -38,13 +38,12 @@ Backbones (:func:`stack_backbones`):
   set of per-channel parameters per call, so batching seeds needs a kernel with grouped B/C
   (mamba) or seeds folded into heads and groups (mamba2: ``H' = S H``, ``G' = S G``, the
   fused step kernel's field-by-field column layout for in_proj's output, the conv state and
-  the conv weights). Measured for the fold on one CPU thread (S = 16, 128 rows per seed):
-  the fused mamba2 step kernel on the folded layout costs 0.22 ms per seed against 0.15 ms
-  unfolded (the folded state no longer stays in cache); per-seed episode resets force a copy
-  of the folded SSM state (0.14 ms per seed at each step with a reset, i.e. nearly every
-  step once S x E envs run); batching the projections and norms around the blocks saved 5-10 %
-  of a backbone step. So this module does not fold on CPU; a GPU, where kernel launches
-  rather than arithmetic bound a step, is where a fold would pay.
+  the conv weights). On one CPU thread the fold measured slower per seed than the unfolded
+  kernel (the folded state no longer stays in cache, and per-seed episode resets force a
+  copy of the folded SSM state at nearly every step), and batching the projections and norms
+  around the blocks saved little (figures: ``benchmarks/seed_policies_probe.py``, git
+  history of BENCHMARKS.md). So this module does not fold on CPU; a GPU, where kernel
+  launches rather than arithmetic bound a step, is where a fold would pay.
 
 Equality (tests/test_seed_policies.py, one torch thread, CPU):
 
@@ -338,8 +337,7 @@ class SeedLoopBackbone(SeedBackbone):
     those of the single-seed module, bit for bit. The cost over S single-seed modules is the
     per-seed slicing of inputs and states, the stacking of outputs and new states (a copy
     the separate modules do not make) and, with autograd, ``functional_call``'s parameter
-    swap: a rollout step's ``act`` on 64 envs of the small preset costs 0.87-0.94x of S
-    separate policies' (benchmarks/seed_policies_probe.py), the fused step kernels and the
+    swap (measured by benchmarks/seed_policies_probe.py), the fused step kernels and the
     per-seed torch ops being the same.
 
     Backbones with buffers are refused (none of the built-in kinds has one).

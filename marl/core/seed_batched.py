@@ -612,7 +612,7 @@ class SeedViews:
     the stack's update) and their gradients are views of the stacked gradients (no copy):
     build the views after the module is on its device and dtype (``.to()`` makes new
     tensors). Cost: the optimizer's per-tensor Python runs S times as often as over the
-    stack (about 10 % of a 64-wide MLP update at S = 16, ``benchmarks/seed_batched_probe.py``).
+    stack (measured by ``benchmarks/seed_batched_probe.py``).
     """
 
     def __init__(self, stacked: Iterable[Tensor]) -> None:

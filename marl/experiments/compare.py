@@ -705,9 +705,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="Train up to S seeds of a variant in one process (marl.train --seeds: one "
         "batched rollout and update; seed k's results equal a batch of one bit for bit). "
         "Needs --total-steps (mappo or grpo). A resumed run continues alone. Default 1: a process "
-        "per run (measured on two cores, BENCHMARKS.md 'Many seeds at once': 4 seeds per "
-        "process gave 1.1-1.25x the runs per hour for mlp, gru and GRPO and 0.97x for mamba2, "
-        "too little and too mixed to change the default).",
+        "per run: on two cores batching gained too little and too unevenly across backbones to "
+        "change it (BENCHMARKS.md, 'Many seeds at once').",
     )
     protocol.add_argument(
         "--pilot",
