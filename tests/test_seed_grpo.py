@@ -133,3 +133,26 @@ def test_grpo_batch_on_a_pettingzoo_env_with_leaving_agents(one_thread) -> None:
     assert ours[1]["loss/policy"] == pytest.approx(ref[0]["loss/policy"], rel=1e-4, abs=1e-6)
     for a, b in zip(big.policy.parameters(), alone.policy.parameters(), strict=True):
         torch.testing.assert_close(a[1], b[0], rtol=1e-4, atol=1e-6)
+
+
+def test_each_seed_follows_its_own_progress_schedule(one_thread) -> None:
+    """GRPO seeds spend their budgets at their own pace: seed k's learning rate (and entropy
+    coefficient) follow its own progress, through its own Adam param group, and the seed
+    equals the seed alone at that progress bit for bit."""
+
+    def cfg(seed: int) -> TrainConfig:
+        c = make_cfg("mlp", seed)
+        c.lr_schedule, c.ent_coef_final = "linear", 0.0
+        validate_config(c)
+        return c
+
+    big, alone = SeedGRPO([cfg(0), cfg(1)]), SeedGRPO([cfg(1)])
+    rows = big.iteration([0.0, 0.5])
+    ref = alone.iteration([0.5])
+    assert rows[0]["lr"] == pytest.approx(cfg(0).lr) and rows[1]["lr"] == pytest.approx(
+        0.5 * cfg(1).lr
+    )
+    assert rows[1]["ent_coef"] == pytest.approx(0.5 * cfg(1).ent_coef)
+    assert without_time(rows[1]) == without_time(ref[0])
+    for a, b in zip(big.policy.parameters(), alone.policy.parameters(), strict=True):
+        assert torch.equal(a[1], b[0])
