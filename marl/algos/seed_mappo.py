@@ -47,6 +47,7 @@ from marl.algos.seeds import (
     load_views_state,
     ordered_views,
     per_seed_adam,
+    take_rows,
 )
 from marl.core.losses import NonFiniteError, explained_variance, linear_schedule
 from marl.seed_collect import SeedRolloutBatch, SeedRolloutCollector
@@ -221,11 +222,12 @@ class SeedMAPPO(SeedBatch):
             targets_ind.append(ind.reshape(M, N, -1))
         target_team, target_ind = torch.stack(targets_team), torch.stack(targets_ind)
         K = target_team.shape[-1]
-        states = batch.state.reshape(S, M, -1)
-        old_team = batch.values_team.reshape(S, M, K)
-        old_ind = batch.values_individual.reshape(S, M, N, K)
+        # contiguous once (the rollout's seed blocks are padded for alignment), so that each
+        # minibatch's rows are one index_select, not a copy of the whole rollout
+        states = batch.state.reshape(S, M, -1).contiguous()
+        old_team = batch.values_team.reshape(S, M, K).contiguous()
+        old_ind = batch.values_individual.reshape(S, M, N, K).contiguous()
         active = None if batch.active is None else batch.active.reshape(S, M, N, 1)
-        seeds = torch.arange(S, device=self.device)[:, None]
         size = max(1, math.ceil(M / cfg.num_minibatches))
         total = torch.zeros(S)
         grad_norms = torch.zeros(S)
@@ -233,15 +235,15 @@ class SeedMAPPO(SeedBatch):
         for order in orders:
             for start in range(0, M, size):
                 idx = order[:, start : start + size].to(self.device)
-                pred_team, pred_ind = self.critic(states[seeds, idx])
+                pred_team, pred_ind = self.critic(take_rows(states, idx))
                 loss = _seed_value_loss(
-                    pred_team, old_team[seeds, idx], target_team[seeds, idx], cfg.value_clip
+                    pred_team, take_rows(old_team, idx), take_rows(target_team, idx), cfg.value_clip
                 ) + _seed_value_loss(
                     pred_ind,
-                    old_ind[seeds, idx],
-                    target_ind[seeds, idx],
+                    take_rows(old_ind, idx),
+                    take_rows(target_ind, idx),
                     cfg.value_clip,
-                    mask=None if active is None else active[seeds, idx],
+                    mask=None if active is None else take_rows(active, idx),
                 )
                 self.critic_views.zero_grad()
                 loss.sum().backward()

@@ -45,7 +45,7 @@ from marl.algos.ppo import Minibatch, PPOLossConfig
 from marl.core.seed_batched import SeedViews, clip_grad_norm_per_seed_
 from marl.seed_policies import SeedMultiAgentPolicy
 
-__all__ = ["SeedBatch", "SeedMinibatch", "unsupported_with_seeds", "seeded_build"]
+__all__ = ["SeedBatch", "SeedMinibatch", "take_rows", "unsupported_with_seeds", "seeded_build"]
 
 
 @dataclass
@@ -87,13 +87,13 @@ class SeedMinibatch(Minibatch):
             elif f.name == "state":
                 n = self.n_agents
                 rows = (idx[..., None] * n + torch.arange(n, device=idx.device)).flatten(1)
-                taken[f.name] = tuple(_take_rows(s, rows) for s in value)
+                taken[f.name] = tuple(take_rows(s, rows) for s in value)
             else:
-                taken[f.name] = _take_rows(value, idx)
+                taken[f.name] = take_rows(value, idx)
         return replace(self, **taken)
 
 
-def _take_rows(x: Tensor, idx: Tensor) -> Tensor:
+def take_rows(x: Tensor, idx: Tensor) -> Tensor:
     """``x [S, U, ...]`` at ``idx [S, b]`` along dim 1 -> ``[S, b, ...]`` (``x[s, idx[s]]``)."""
     S, U = x.shape[:2]
     flat = (idx + torch.arange(S, device=idx.device)[:, None] * U).reshape(-1)
