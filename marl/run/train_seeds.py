@@ -191,7 +191,7 @@ class _SeedRun:
     """Seed k of the batch as the single-seed algorithm the run-directory parts of
     :mod:`marl.run.train` expect (policy, layout, last advantages, state_dict)."""
 
-    def __init__(self, batch: SeedMAPPO, k: int) -> None:
+    def __init__(self, batch: SeedBatch, k: int) -> None:
         self.batch, self.k = batch, k
 
     @property
@@ -255,7 +255,7 @@ def train_seeds(
             run.check_new(options.overwrite)
     configure_process(cfg)
     compile_clock()
-    ctx, device = _start_process(cfg)
+    _, device = _start_process(cfg)  # threads and device (no process group: one process)
     cfgs = [_seed_config(cfg, s, run.path) for s, run in zip(seeds, runs, strict=True)]
     algorithm = resolve_algorithm(cfg.algo)
     batched = SeedGRPO if issubclass(algorithm, GRPO) else SeedMAPPO
@@ -269,12 +269,12 @@ def train_seeds(
         for one, run in zip(cfgs, runs, strict=True):
             held.enter_context(run.claim(resume=options.resuming, overwrite=options.overwrite))
             atomic_write_text(run.config_yaml, yaml.safe_dump(config_to_dict(one), sort_keys=False))
-        result = _seed_loop(cfgs, batch, runs, starts)
-    del ctx
-    return result
+        return _seed_loop(cfgs, batch, runs, starts)
 
 
 def _finished(run: RunDir, cfg: BaseConfig) -> bool:
+    """Whether the seed run in ``run`` is done: finished within ``cfg``'s budget, or stopped
+    on a non-finite value."""
     record = _read_json(run.finished_json)
     if record is None or "stopped" in record:
         return record is not None
