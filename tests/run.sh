@@ -19,13 +19,19 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
 fi
 .venv/bin/pip install -q -e ".[dev]"
 
+# Two worker processes (pytest-xdist; TEST_WORKERS=N to change, 0 for one process, or give -n
+# yourself): the suite's time is mostly one-threaded work (numba compiling each kernel once,
+# small training runs), so two cores take about half the wall time of one process.
+workers=(-n "${TEST_WORKERS:-2}")
 select=(-m "not slow")
 for arg in "$@"; do
     case "$arg" in
+        -n | -n* | --numprocesses | --numprocesses=*) workers=() ;;  # the caller's workers
         -m | -m* | --markexpr | --markexpr=*) select=() ;;  # the caller's marker expression
         -*) ;;
         *) if [ -e "${arg%%::*}" ]; then select=(); fi ;;  # a test file, folder or node id
     esac
 done
 # ${a[@]+...}: an empty array under `set -u` (bash < 4.4 calls it unbound)
-exec .venv/bin/python -m pytest -q -p no:cacheprovider ${select[@]+"${select[@]}"} "$@"
+exec .venv/bin/python -m pytest -q -p no:cacheprovider ${workers[@]+"${workers[@]}"} \
+    ${select[@]+"${select[@]}"} "$@"
