@@ -49,7 +49,7 @@ from marl.algos.seeds import (
     per_seed_adam,
     take_rows,
 )
-from marl.core.losses import NonFiniteError, explained_variance, linear_schedule
+from marl.core.losses import NonFiniteError, explained_variance, linear_schedule, value_loss
 from marl.seed_collect import SeedRolloutBatch, SeedRolloutCollector
 from marl.seed_policies import SeedCentralCritic
 
@@ -236,14 +236,19 @@ class SeedMAPPO(SeedBatch):
             for start in range(0, M, size):
                 idx = order[:, start : start + size].to(self.device)
                 pred_team, pred_ind = self.critic(take_rows(states, idx))
-                loss = _seed_value_loss(
-                    pred_team, take_rows(old_team, idx), take_rows(target_team, idx), cfg.value_clip
-                ) + _seed_value_loss(
+                loss = value_loss(
+                    pred_team,
+                    take_rows(old_team, idx),
+                    take_rows(target_team, idx),
+                    value_clip=cfg.value_clip,
+                    runs=S,
+                ) + value_loss(
                     pred_ind,
                     take_rows(old_ind, idx),
                     take_rows(target_ind, idx),
-                    cfg.value_clip,
+                    value_clip=cfg.value_clip,
                     mask=None if active is None else take_rows(active, idx),
+                    runs=S,
                 )
                 self.critic_views.zero_grad()
                 loss.sum().backward()
@@ -279,25 +284,6 @@ class SeedMAPPO(SeedBatch):
                 view.copy_(p)
         load_views_state(self.critic_opt, self.critic_views.per_seed[k], run.critic_opt)
         self.collector.load_seed_state_dict(k, state["collector"], vec=run.collector.vec)
-
-
-def _seed_value_loss(
-    values: Tensor,
-    old: Tensor,
-    returns: Tensor,
-    value_clip: float | None,
-    mask: Tensor | None = None,
-) -> Tensor:
-    """:func:`marl.core.losses.value_loss` of each seed, ``[S]`` (``values [S, ...]``)."""
-    err = (values - returns) ** 2
-    if value_clip is not None:
-        clipped = old + (values - old).clamp(-value_clip, value_clip)
-        err = torch.max(err, (clipped - returns) ** 2)
-    S = err.shape[0]
-    if mask is None:
-        return 0.5 * err.reshape(S, -1).mean(1)
-    m = mask.to(err.dtype).expand_as(err).reshape(S, -1)
-    return 0.5 * (err.reshape(S, -1) * m).sum(1) / m.sum(1).clamp_min(1.0)
 
 
 def _explained_variance(adv: MAPPOAdvantages) -> float:

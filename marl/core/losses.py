@@ -172,9 +172,12 @@ def value_loss(
     *,
     value_clip: float | None = None,
     mask: Tensor | None = None,
+    runs: int | None = None,
 ) -> Tensor:
     """Squared-error value loss ``0.5 * (v - R)^2``; with ``value_clip = eps`` the PPO clipped
-    form ``0.5 * max((v - R)^2, (v_old + clip(v - v_old, -eps, eps) - R)^2)``."""
+    form ``0.5 * max((v - R)^2, (v_old + clip(v - v_old, -eps, eps) - R)^2)``. ``runs = S``:
+    the inputs have a leading axis of S runs (a seed batch) and the loss is ``[S]``, each
+    run's masked mean."""
     if not (values.shape == old_values.shape == returns.shape):
         raise ValueError(
             f"shapes differ: values {tuple(values.shape)}, old_values {tuple(old_values.shape)}, "
@@ -186,7 +189,13 @@ def value_loss(
             raise ValueError(f"value_clip must be > 0 (or None), got {value_clip}")
         clipped = old_values + (values - old_values).clamp(-value_clip, value_clip)
         err = torch.max(err, (clipped - returns) ** 2)
-    return 0.5 * masked_mean(err, mask)
+    if runs is None:
+        return 0.5 * masked_mean(err, mask)
+    err = err.reshape(runs, -1)
+    if mask is None:
+        return 0.5 * err.mean(1)
+    m = mask.to(err.dtype).expand(*values.shape).reshape(runs, -1)
+    return 0.5 * (err * m).sum(1) / m.sum(1).clamp_min(1.0)
 
 
 def explained_variance(pred: Tensor, target: Tensor) -> float:
