@@ -60,25 +60,45 @@ from marl.policies import MASK_LOGIT, TypeActor
 from marl.policy_api import TrainedPolicy, load_policy
 from marl.run.artifact import TRUST_CHECKPOINT_HELP
 from marl.run.cli import StrictArgumentParser
-from seqmodels.backbones import registered_backbones
+from seqmodels.backbones import backbone_spec, registered_backbones
 
 __all__ = [
     "ExportedActor",
     "export_policy",
     "export_paths",
+    "export_state_names",
     "main",
     "STATE_NAMES",
     "SUPPORTED_BACKBONES",
 ]
 
-#: the state inputs of each backbone, in order (the outputs after the logits: ``next_`` + name)
-#: (the built-in backbones'; each backbone declares its own in :mod:`seqmodels.registry`)
+#: the state inputs of each built-in backbone, in order (the outputs after the logits:
+#: ``next_`` + name); a backbone declares its own in its :class:`~seqmodels.backbones.BackboneSpec`
+#: and :func:`export_state_names` reads the registry when called, so one registered later
+#: exports too
 STATE_NAMES: dict[str, tuple[str, ...]] = {
     name: spec.export_state_names
     for name, spec in registered_backbones().items()
     if spec.export_state_names is not None
 }
 SUPPORTED_BACKBONES = tuple(STATE_NAMES)
+
+
+def export_state_names(backbone: str) -> tuple[str, ...]:
+    """The state inputs of ``backbone``'s exported step function, from the backbone registry
+    as it is now (``package.module:NAME`` included). Raises ValueError for a backbone that
+    declares none (not exportable), naming the exportable ones."""
+    spec = backbone_spec(backbone)
+    if spec.export_state_names is None:
+        exportable = [
+            n for n, s in registered_backbones().items() if s.export_state_names is not None
+        ]
+        raise ValueError(
+            f"export supports the {', '.join(exportable)} backbones, got {backbone!r} (its "
+            "BackboneSpec declares no export_state_names)"
+        )
+    return spec.export_state_names
+
 
 #: file extension of each format
 EXTENSIONS = {"onnx": ".onnx", "torchscript": ".pt"}
@@ -98,10 +118,7 @@ class ExportedActor(nn.Module):
 
     def __init__(self, actor: TypeActor, backbone: str) -> None:
         super().__init__()
-        if backbone not in SUPPORTED_BACKBONES:
-            raise ValueError(
-                f"export supports the {', '.join(SUPPORTED_BACKBONES)} backbones, got {backbone!r}"
-            )
+        state_names = export_state_names(backbone)
         actor = copy.deepcopy(actor).cpu().eval()
         if backbone in ("mamba", "mamba2"):
             if actor.backbone.num_layers != 1:
@@ -110,7 +127,7 @@ class ExportedActor(nn.Module):
         if backbone == "gru" and actor.backbone.num_layers != 1:
             raise ValueError("export supports single-layer GRU backbones only")
         self.actor, self.kind = actor, backbone
-        self.state_names = STATE_NAMES[backbone]
+        self.state_names = state_names
 
     def state_shapes(self) -> list[list[int]]:
         """The shape of each state input for one agent (the batch dimension left out)."""

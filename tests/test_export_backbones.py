@@ -175,3 +175,37 @@ def test_mamba_export_traces_the_reference_step_of_a_copy(backbone):
     # the initial state: zeros of the block's per-agent state shapes
     assert exported.state_shapes() == [list(s.shape[1:]) for s in block.initial_state(1)]
     assert all(not s.any() for s in exported.initial_state(3))
+
+
+def test_a_backbone_registered_after_import_exports():
+    """export reads the backbone registry when it is called: a backbone registered after
+    marl.export was imported exports (its step equals the actor's), and one that declares no
+    export_state_names is refused with the exportable ones named."""
+    from marl.export import ExportedActor
+    from marl.policies import AgentLayout, MultiAgentPolicy
+    from seqmodels.backbones import BACKBONES, BackboneSpec, MLPBackbone, register_backbone
+
+    def build(input_dim, hidden_dim, **kw):
+        return MLPBackbone(input_dim, hidden_dim, num_layers=3, **kw)
+
+    layout = AgentLayout.from_env(multisearch_v0.vector_env(1, **ENV))
+    try:
+        register_backbone(BackboneSpec("test_deep_mlp", build, recurrent=False,
+                                       export_state_names=()))  # fmt: skip
+        register_backbone(BackboneSpec("test_private_mlp", build, recurrent=False))
+        actor = MultiAgentPolicy(layout, "test_deep_mlp", 16).actors["scout"]
+        exported = ExportedActor(actor, "test_deep_mlp")
+        n = actor.n_agents
+        obs = torch.randn(1, n, actor.obs_dim)
+        mask = torch.ones(1, n, actor.n_actions, dtype=torch.int8)
+        with torch.no_grad():
+            expected, _ = actor._step_logits(obs, (), None)
+            got = exported(obs[0], mask[0], torch.arange(n))
+        torch.testing.assert_close(got, expected[0])
+        private = MultiAgentPolicy(layout, "test_private_mlp", 16).actors["scout"]
+        with pytest.raises(ValueError, match="test_deep_mlp") as err:
+            ExportedActor(private, "test_private_mlp")
+        assert "test_private_mlp" in str(err.value)
+    finally:
+        BACKBONES.pop("test_deep_mlp", None)
+        BACKBONES.pop("test_private_mlp", None)

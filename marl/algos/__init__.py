@@ -3,8 +3,10 @@ update (:mod:`marl.algos.ppo`), and MAPPO / GRPO, each with its own configuratio
 
 :data:`ALGORITHMS` maps ``--algo`` names to algorithm classes; :func:`register_algorithm`
 adds one (its ``config_class`` declares its options). The registry lives in
-:mod:`marl.algos.base`; it is the one way a name becomes an algorithm and its config class
-(``BaseConfig.for_algo``, ``BaseConfig(algo=...)``, ``marl.run.config.config_class``).
+:mod:`marl.algos.base`; it is the one way a name becomes an algorithm and its config class:
+``BaseConfig(algo=NAME, **fields)`` builds ``BaseConfig.for_algo(NAME)``, which is
+``resolve_algorithm(NAME).config_class`` (``marl.run.config.TrainConfig`` is ``BaseConfig``
+under the name the CLI contract uses, not another way).
 """
 
 from __future__ import annotations

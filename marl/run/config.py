@@ -49,7 +49,6 @@ __all__ = [
     "GRPOConfig",
     "RECIPES",
     "FIELDS",
-    "config_class",
     "parse_cli",
     "parse_train_args",
     "split_wandb_flags",
@@ -115,11 +114,6 @@ def _changeable_flags() -> str:
     """The flags of the existing fields that may change on resume, for messages."""
     names = [n for n in _all_fields() if _changeable_on_resume(n)]
     return ", ".join("--" + n.replace("_", "-") for n in sorted(names))
-
-
-def config_class(algo: str) -> type[BaseConfig]:
-    """The configuration class of algorithm ``algo``."""
-    return resolve_algorithm(algo).config_class
 
 
 #: ``TrainConfig(algo=NAME, **fields)`` builds that algorithm's config (see
@@ -273,7 +267,7 @@ def config_from_dict(d: dict[str, Any], *, strict: bool = True) -> BaseConfig:
                 _known(key, "")
             continue
         kwargs[name] = _coerce(name, value)
-    cfg = config_class(kwargs.get("algo", "mappo"))(**kwargs)
+    cfg = BaseConfig.for_algo(kwargs.get("algo", "mappo"))(**kwargs)
     validate_config(cfg)
     return cfg
 
@@ -320,14 +314,14 @@ def load_run_config(run_dir: str) -> dict[str, Any]:
     out = load_config(os.path.join(run_dir, "config.yaml"), what=f"run directory {run_dir!r}")
     for name, value in LEGACY_RUN_VALUES.items():
         out.setdefault(name, value)
-    own = set(config_class(out.get("algo", "mappo")).field_names())
+    own = set(BaseConfig.for_algo(out.get("algo", "mappo")).field_names())
     return {name: value for name, value in out.items() if name in own}
 
 
 def validate_config(cfg: BaseConfig, explicit: frozenset[str] | set[str] | None = None) -> None:
     """Raise ConfigError naming the first invalid field and its allowed values, or an option
     that does not apply with the others (set in ``explicit`` or away from its default)."""
-    if cfg.algo != type(cfg).algo_name and config_class(cfg.algo) is not type(cfg):
+    if cfg.algo != type(cfg).algo_name and BaseConfig.for_algo(cfg.algo) is not type(cfg):
         raise ConfigError(
             f"--algo {cfg.algo!r} does not match the config class {type(cfg).__name__}"
         )
@@ -576,7 +570,7 @@ def _parse_config_args(argv: list[str]) -> tuple[BaseConfig, RunOptions]:
         env_over = {**base.get("env", {}), **explicit.pop("env", {}), **env_over}
         explicit.pop("run_dir", None)
     algo = explicit.get("algo", base.get("algo", "mappo"))
-    own = set(config_class(algo).field_names())
+    own = set(BaseConfig.for_algo(algo).field_names())
     for name in explicit:
         if name not in own:
             raise _not_applicable(name, algo)
@@ -591,7 +585,7 @@ def _parse_config_args(argv: list[str]) -> tuple[BaseConfig, RunOptions]:
     env = dict(values.get("env", {}))
     env.update(env_over)
     values["env"] = env
-    cfg = config_class(algo)(**values)
+    cfg = BaseConfig.for_algo(algo)(**values)
     validate_config(cfg, on_command_line)
     options = RunOptions(
         resume=ns.resume,
@@ -611,7 +605,7 @@ def _check_resume_changes(
     """Refuse, naming every field, the settings (flags or ``--config``) that differ from the
     resumed run's own and are not in :data:`RESUME_CHANGEABLE`."""
     run_algo = base.get("algo", "mappo")
-    run_class = config_class(run_algo)
+    run_class = BaseConfig.for_algo(run_algo)
     own = set(run_class.field_names())
 
     def run_value(name: str) -> Any:
