@@ -712,24 +712,10 @@ def build_summary(
         if len(runs) == 1 and len(spec.seeds) >= 2:
             warnings.append(f"{v.name}: only 1 finished run: its figures have no CI")
         statuses = [r["status"] for r in run_rows if r["variant"] == v.name]
-        variants[v.name] = {
-            "args": v.args,
-            "work": _work(runs),
-            "n_runs": len(statuses),
-            "n_finished": len(runs),
-            "n_failed": statuses.count("failed"),
-            "n_missing": statuses.count("missing"),
-            "n_short": statuses.count("short"),
-            "metrics": {
-                metric: _interval_entry(
-                    v.name, metric, runs, scores[v.name][metric], by_seed[v.name][metric],
-                    reps, seed, confidence,
-                )
-                for metric in reported
-            },
-            "curves": _curves(v.name, runs, reps, seed, confidence),
-            **_stability_and_advantages(runs, entropy_threshold),
-        }  # fmt: skip
+        variants[v.name] = _variant_entry(
+            v.args, runs, statuses, reported, scores[v.name], by_seed[v.name], v.name,
+            reps=reps, seed=seed, confidence=confidence, entropy_threshold=entropy_threshold,
+        )  # fmt: skip
 
     ref = spec.reference
     compared = _Compared(scores, by_seed, reps, seed, confidence)
@@ -746,39 +732,14 @@ def build_summary(
     for name, entry in variants.items():
         entry["probability_of_improvement"] = improvement.get(name)  # None for the reference
 
-    budget = {
-        "total_steps": spec.total_steps,
-        "max_time": spec.max_time,
-        "max_cpu_time": spec.max_cpu_time,
-    }
     if title is None:
         title = f"Study '{spec.study}'" if spec.study else "Comparison of variants"
         if at_env_steps is not None:
             title += f" at {at_env_steps} env steps"
     return {
-        "schema_version": 1,
-        "title": title,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "algo": spec.algo,
-        "study": spec.study,
-        "config": spec.config,
-        "common": spec.common,
-        "budget": budget,
-        "at_env_steps": at_env_steps,
-        "seeds": spec.seeds,
-        "jobs": spec.jobs,
-        "reference": ref,
+        **_study_header(spec, title, at_env_steps),
         "primary_metric": primary,
-        "decision_rule": {
-            "alpha": significance.ALPHA,
-            "correction": "holm",
-            "test": "two-sided permutation test of the difference of means (paired by seed "
-            "where both arms ran the seed: sign flips of the per-seed differences; else "
-            f"relabelling), exact up to {significance.EXACT_LIMIT} arrangements, else "
-            f"{significance.RESAMPLES} random ones",
-            "text": significance.describe_rule(),
-            "outcome": significance.summarize_family(family),
-        },
+        "decision_rule": _decision_rule(family),
         "comparisons": family,
         "commits": commits,
         "bootstrap": {
@@ -788,15 +749,7 @@ def build_summary(
             "method": "percentile, stratified over runs (rliable)",
         },
         "entropy_threshold": entropy_threshold,
-        "metrics": {
-            k: {
-                "source": _ALL_METRICS[k][0],
-                "key": _ALL_METRICS[k][1],
-                "label": _metric_label(k, at_env_steps),
-                "descriptive": k in DESCRIPTIVE_METRICS,
-            }
-            for k in reported
-        },
+        "metrics": _metric_descriptions(reported, at_env_steps),
         "variants": variants,
         "probability_of_improvement": improvement,
         "verdicts": sentences,
@@ -808,6 +761,91 @@ def build_summary(
         },
         "wall_s": wall_s,
         "environment": environment_info(),
+    }
+
+
+def _variant_entry(
+    args: list[str],
+    runs: list[Any],
+    statuses: list[str],
+    reported: Sequence[str],
+    scores: Mapping[str, list[float]],
+    by_seed: Mapping[str, dict[int, float]],
+    name: str,
+    *,
+    reps: int,
+    seed: int,
+    confidence: float,
+    entropy_threshold: float,
+) -> dict[str, Any]:
+    """One variant's section of summary.json: its arguments, work, run counts, each metric's
+    interval, its curves, stability and advantage statistics (the probability of improvement
+    is added by :func:`build_summary`)."""
+    return {
+        "args": args,
+        "work": _work(runs),
+        "n_runs": len(statuses),
+        "n_finished": len(runs),
+        "n_failed": statuses.count("failed"),
+        "n_missing": statuses.count("missing"),
+        "n_short": statuses.count("short"),
+        "metrics": {
+            metric: _interval_entry(
+                name, metric, runs, scores[metric], by_seed[metric], reps, seed, confidence
+            )
+            for metric in reported
+        },
+        "curves": _curves(name, runs, reps, seed, confidence),
+        **_stability_and_advantages(runs, entropy_threshold),
+    }
+
+
+def _study_header(spec: CompareSpec, title: str, at_env_steps: int | None) -> dict[str, Any]:
+    """summary.json's opening keys: what was compared, on what budget and seeds."""
+    return {
+        "schema_version": 1,
+        "title": title,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "algo": spec.algo,
+        "study": spec.study,
+        "config": spec.config,
+        "common": spec.common,
+        "budget": {
+            "total_steps": spec.total_steps,
+            "max_time": spec.max_time,
+            "max_cpu_time": spec.max_cpu_time,
+        },
+        "at_env_steps": at_env_steps,
+        "seeds": spec.seeds,
+        "jobs": spec.jobs,
+        "reference": spec.reference,
+    }
+
+
+def _decision_rule(family: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rule a verdict follows (test, correction, alpha) and its outcome on ``family``."""
+    return {
+        "alpha": significance.ALPHA,
+        "correction": "holm",
+        "test": "two-sided permutation test of the difference of means (paired by seed where "
+        "both arms ran the seed: sign flips of the per-seed differences; else relabelling), "
+        f"exact up to {significance.EXACT_LIMIT} arrangements, else "
+        f"{significance.RESAMPLES} random ones",
+        "text": significance.describe_rule(),
+        "outcome": significance.summarize_family(family),
+    }
+
+
+def _metric_descriptions(reported: Sequence[str], at_env_steps: int | None) -> dict[str, Any]:
+    """Where each reported metric comes from, its label, and whether it is descriptive."""
+    return {
+        k: {
+            "source": _ALL_METRICS[k][0],
+            "key": _ALL_METRICS[k][1],
+            "label": _metric_label(k, at_env_steps),
+            "descriptive": k in DESCRIPTIVE_METRICS,
+        }
+        for k in reported
     }
 
 
