@@ -2,9 +2,9 @@
 contiguous slice of the copies with the same :class:`marl.adapters.CopyBatch` as in-process
 stepping, so the results are identical; the main process sends actions and gathers arrays.
 
-Worth it only for envs whose step costs much more than the round trip (measured here: about
-0.14 ms per worker and step, plus about 10 us per copy to pickle the arrays) and when cores
-are free: see ``benchmarks/adapters.py`` and docs/results/adapters/ for measurements.
+Worth it only for envs whose step costs much more than the round trip (a message per worker
+and step, plus pickling each copy's arrays) and when cores are free: ``benchmarks/adapters.py``
+measures it (figures in BENCHMARKS.md and docs/results/adapters/).
 
 Workers start with ``spawn`` (safe with torch's threads; a script read from standard input
 cannot start them, a limitation of Python's ``spawn``) and ignore SIGINT and SIGTERM: the

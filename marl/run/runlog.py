@@ -288,8 +288,8 @@ class RunLogger:
             from tensorboard.compat.proto.summary_pb2 import Summary
 
             step = int(metrics.get("env_steps", metrics.get("update", 0)))
-            # every scalar of the update in one event (one per scalar, as add_scalar writes
-            # them, costs ~0.1 ms each in queue hand-offs to the writer thread)
+            # every scalar of the update in one event (one event per scalar, as add_scalar
+            # writes them, costs a queue hand-off to the writer thread each)
             values = [Summary.Value(tag=k, simple_value=v) for k, v in scalars.items()]
             self.writer.add_summary(Summary(value=values), step)
         if self.wandb_run is not None:
