@@ -274,7 +274,8 @@ class BaseConfig:
     )
     penalty_beta_schedule: str = _f(
         "none",
-        "Seed 003 penalty shaping A - beta(t) * normalised penalty advantage ('none': off).",
+        "Penalty shaping (seed 003, docs/seeds.md): A - beta(t) * normalised penalty "
+        "advantage ('none': off).",
         choices=PENALTY_SCHEDULES,
     )
     penalty_beta: float = _f(0.5, "Penalty shaping beta (initial value for 'linear').")

@@ -35,8 +35,8 @@ they differ only by the policy's sampled actions. One update, top to bottom
    to the mixed advantage over the batch (``batch``, ``type``, ``position`` = step in the
    episode, ``chunk``, ``sequence`` = agent-episode, ``running``, ``running_ema``,
    ``center``), statistics reduced across ranks; then the symmetric clip ``adv_clip``.
-4. **Penalty shaping** (seed 003): ``A - beta(t) * normalised penalty`` where the penalty
-   cost (``-reward_penalty``) is normalised like the individual channel (group x type;
+4. **Penalty shaping** (seed 003, docs/seeds.md): ``A - beta(t) * normalised penalty`` where
+   the penalty cost (``-reward_penalty``) is normalised like the individual channel (group x type;
    outcome: its episode sum, process: summed from t), ``beta(t)`` from the schedules of
    :mod:`marl.core.advantages`; then the optional optimism offset ``A + b``.
 5. **Policy update**: the shared clipped objective (:class:`marl.algos.ppo.PolicyUpdate`,

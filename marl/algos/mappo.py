@@ -12,7 +12,7 @@ One iteration reads top to bottom in :meth:`MAPPO.iteration` and :meth:`MAPPO.up
 3. **whitening** (:class:`marl.whitening.AdvantageWhitener`): by default ``team_individual``
    (team and individual advantages whitened separately per agent type, mixed by alpha); any
    other scheme whitens ``team + individual``; then the symmetric clip ``adv_clip``. Optional
-   penalty shaping (seed 003, see :meth:`MAPPO.advantages`);
+   penalty shaping (seed 003, docs/seeds.md; see :meth:`MAPPO.advantages`);
 4. **policy epochs** of clipped updates over minibatches (:class:`marl.algos.ppo.PolicyUpdate`:
    single steps for the mlp backbone, windows of ``seq_len`` steps for recurrent ones, each
    from the actor state stored at its start (or ``burn_in`` steps before it: those steps run

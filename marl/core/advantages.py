@@ -379,7 +379,8 @@ class constant:  # noqa: N801 - reads as a function in configs: constant(0.1)
 
 
 class linear_decay:  # noqa: N801
-    """``beta(t) = max(floor, start * (1 - t / total))`` (seed 003: start 0.5, floor 0.1)."""
+    """``beta(t) = max(floor, start * (1 - t / total))`` (seed 003, docs/seeds.md: start 0.5,
+    floor 0.1)."""
 
     def __init__(self, start: float = 0.5, floor: float = 0.1, total: float = 1.0) -> None:
         self.start = _check_beta(start, "start")

@@ -267,7 +267,7 @@ class ValueNorm(nn.Module):
 
 
 class OptimismOffset(nn.Module):
-    """Learnable optimism offset ``b`` (DESIGN.md, seed 000 note): ``A' = A + b``.
+    """Learnable optimism offset ``b`` (seed 000, docs/seeds.md): ``A' = A + b``.
 
     ``forward(A)`` returns ``A + b`` with ``b`` detached (the policy gradient does not move
     ``b``); ``loss(A)`` is ``mean(A.detach() + b)^2``, whose minimiser is ``b = -mean(A)``: the

@@ -6,7 +6,7 @@ group and applied to that group. Per batch, per agent type, per position in a se
 window, per chunk of positions, per sequence, and combinations (type x position) differ
 only in the integer group key passed as ``group``.
 
-Core contract (see ``shared/DESIGN.md``)::
+Core contract (docs/CONTRACTS.md section 2)::
 
     whiten(x, *, mask=None, group=None, eps=1e-8, center=True, scale=True,
            distributed=False, allow_rewhiten=False) -> Tensor

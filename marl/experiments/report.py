@@ -871,7 +871,8 @@ def _phase(d: Mapping[str, Any] | None) -> str:
 
 
 def _seed_claim_section(s: Mapping[str, Any]) -> list[str]:
-    """For the calibration study: seed 000's "+22% success" claim against the measurement."""
+    """For the calibration study: seed 000's (docs/seeds.md) "+22% success" claim against the
+    measurement."""
     poi_all = s.get("probability_of_improvement") or {}
     if s.get("study") != "calibration" or s.get("reference") != "baseline":
         return []

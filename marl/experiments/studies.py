@@ -12,9 +12,10 @@ whitening      none, batch, type, team_individual at alpha 0.25 / 0.5 / 0.75 (in
                mamba, mamba2) also position and chunk. Reference: batch. With ``--algo grpo``
                the schemes are a second stage on GRPO's group-relative advantage: none and
                ti_a0.5 are then one configuration (no second stage).
-calibration    baseline (``--recipe=baseline``: plain batch whitening), then seed 000's staged
-               enabling on top of it: value stabilisation (clipped value loss 0.1, 4 value
-               epochs, value normalisation; MAPPO only, GRPO has no critic), + batch
+calibration    baseline (``--recipe=baseline``: plain batch whitening), then seed 000's
+               (docs/seeds.md) staged enabling on top of it: value stabilisation (clipped
+               value loss 0.1, 4 value epochs, value normalisation; MAPPO only, GRPO has no
+               critic), + batch
                whitening then clip 5, + entropy bonus 0.01 and asymmetric ratio clip (0.1
                below, 0.2 above), + the learnable optimism offset b (init 0.5), and the full
                ``--recipe=calibrated`` (symmetric ratio clip, with the offset). Reference:
@@ -80,7 +81,7 @@ def _whitening(backbone: str, algo: str) -> Study:
     if backbone in SEQUENCE_BACKBONES:
         variants["position"] = ["--whitening=position"]
         variants["chunk"] = ["--whitening=chunk", "--chunk-size=8"]  # as in the grouping study
-    description = "Grouped advantage whitening schemes (DESIGN.md: one grouped kernel)."
+    description = "Grouped advantage whitening schemes (one grouped kernel, marl.core.whitening)."
     if algo == "grpo":
         description += (
             " With GRPO the schemes are a second stage on top of its group-relative advantage: "
