@@ -310,10 +310,7 @@ def execute_runs(
     holds the tail of its log). Ctrl-C / SIGTERM stops the running runs and re-raises
     KeyboardInterrupt.
     """
-    from tqdm import tqdm
-
     status = _load_status(spec.out)
-    status_path = os.path.join(spec.out, "status.json")
     finished_before = 0
     pending_runs: list[RunSpec] = []
     for run in runs:
@@ -324,31 +321,88 @@ def execute_runs(
         else:
             pending_runs.append(run)
     states = [run_state(run, status) for run in pending_runs]
-    pending: deque[list[RunSpec]] = deque(process_groups(spec, pending_runs, states))
-    atomic_write_json(status_path, status)
+    pending = deque(process_groups(spec, pending_runs, states))
+    atomic_write_json(os.path.join(spec.out, "status.json"), status)
     if not pending:
         return status
-
     own_launcher = launcher is None
     launcher = make_launcher(spec) if launcher is None else launcher
-    pythonpath = os.environ.get("PYTHONPATH", "")
-    env = {"PYTHONPATH": package_root() + (os.pathsep + pythonpath if pythonpath else "")}
+    pool = _RunPool(spec, status, launcher, total=len(runs), done=finished_before,
+                    progress=progress)  # fmt: skip
+    try:
+        pool.run(pending, poll_s)
+    finally:
+        if own_launcher:
+            launcher.close()
+    return status
 
-    active: list[_Active] = []
-    bar = tqdm(
-        total=len(runs),
-        initial=finished_before,
-        desc="runs",
-        unit="run",
-        disable=not progress,
-        dynamic_ncols=True,
-    )
-    failed = 0
 
-    def postfix() -> None:
-        bar.set_postfix(running=len(active), left=len(pending), failed=failed, refresh=True)
+class _RunPool:
+    """The train processes of one :func:`execute_runs`: :meth:`start` one (a run, or a batch of
+    seeds), :meth:`finish` it when its process exits, :meth:`stop_all` on Ctrl-C / SIGTERM;
+    every change is written to OUT/status.json at once."""
 
-    def start(group: list[RunSpec]) -> _Active:
+    def __init__(
+        self,
+        spec: CompareSpec,
+        status: dict[str, Any],
+        launcher: LocalLauncher | RayLauncher,
+        *,
+        total: int,
+        done: int,
+        progress: bool,
+    ) -> None:
+        from tqdm import tqdm
+
+        self.spec, self.status, self.launcher, self.progress = spec, status, launcher, progress
+        self.status_path = os.path.join(spec.out, "status.json")
+        pythonpath = os.environ.get("PYTHONPATH", "")
+        self.env = {"PYTHONPATH": package_root() + (os.pathsep + pythonpath if pythonpath else "")}
+        self.active: list[_Active] = []
+        self.pending: deque[list[RunSpec]] = deque()
+        self.failed = 0
+        self.bar = tqdm(total=total, initial=done, desc="runs", unit="run",
+                        disable=not progress, dynamic_ncols=True)  # fmt: skip
+
+    def run(self, pending: deque[list[RunSpec]], poll_s: float) -> None:
+        """Keep ``spec.jobs`` processes busy until ``pending`` is empty and every process has
+        exited. Ctrl-C and SIGTERM raise KeyboardInterrupt, and are remembered: Ray may
+        swallow the exception when the signal lands inside one of its calls, and the loop
+        checks the flag."""
+        self.pending = pending
+        stop_signals: list[int] = []
+
+        def on_signal(signum: int, frame: Any) -> None:
+            stop_signals.append(signum)
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self._postfix()
+            while self.pending or self.active:
+                if stop_signals:
+                    raise KeyboardInterrupt(f"signal {stop_signals[0]}")
+                while self.pending and len(self.active) < self.spec.jobs:
+                    self.active.append(self.start(self.pending.popleft()))
+                    self._postfix()
+                time.sleep(poll_s)
+                for item in list(self.active):
+                    rc = self.launcher.poll(item.handle)
+                    if rc is not None:
+                        self.active.remove(item)
+                        self.finish(item, rc)
+                        self._postfix()
+        except KeyboardInterrupt:
+            self.stop_all()
+            self.bar.close()
+            raise
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        self.bar.close()
+
+    def start(self, group: list[RunSpec]) -> _Active:
+        """Start the process that trains ``group`` (resuming, restarting or starting it)."""
         for run in group:
             # a run orphaned by a killed compare may still be finishing its update and
             # writing its checkpoint (it holds RUN_DIR/.lock): wait for it, then resume
@@ -360,55 +414,63 @@ def execute_runs(
                     flush=True,
                 ),
             )
+        argv, mode, log_path = self._command_line(group)
         run = group[0]
-        state = run_state(run, status)
-        argv = list(run.train_args)
-        log_path = run.log_path
-        if state == "resumable":
-            mode = "resume"
-            argv.append(f"--resume={run.run_dir}")
-        else:
-            mode = "restart" if state == "partial" else "start"
-            for member in group:
-                if run_state(member, status) == "partial":
-                    shutil.rmtree(member.run_dir)
-            if len(group) > 1:
-                mode = f"{mode} (seeds {','.join(str(r.seed) for r in group)} in one process)"
-                argv = batch_train_args(group)
-                log_path = os.path.join(
-                    os.path.dirname(run.log_path), f"seeds_{group[0].seed}-{group[-1].seed}.log"
-                )
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         os.makedirs(os.path.dirname(run.run_dir), exist_ok=True)
-        command = spec.train_command + argv
+        command = self.spec.train_command + argv
         with open(log_path, "a") as log:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             log.write(f"=== marl.compare {mode} {stamp}: {shlex.join(command)}\n")
-        child_env = env
-        m = [a for a in argv if flag_name(a) == "--torch-threads"]
-        if m and "=" in m[-1]:
-            n = m[-1].split("=", 1)[1]
-            if n.isdigit() and int(n) > 0:
-                child_env = {**env, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
-        handle = launcher.start(command, child_env, log_path)
+        handle = self.launcher.start(command, self._child_env(argv), log_path)
         for member in group:
-            entry = status.setdefault(member.key, {})
+            entry = self.status.setdefault(member.key, {})
             entry.update(
                 state="running",
                 mode=mode,
                 command=shlex.join(command),
                 attempts=int(entry.get("attempts", 0)) + 1,
-                log=os.path.relpath(log_path, spec.out),
-                launcher=launcher.name,
+                log=os.path.relpath(log_path, self.spec.out),
+                launcher=self.launcher.name,
             )
-        atomic_write_json(status_path, status)
+        atomic_write_json(self.status_path, self.status)
         return _Active(group, handle, time.monotonic(), mode, log_path)
 
-    def finish(item: _Active, returncode: int) -> None:
-        nonlocal failed
+    def _command_line(self, group: list[RunSpec]) -> tuple[list[str], str, str]:
+        """The train arguments, the mode (start / restart / resume) and the log of ``group``;
+        a partial run's directory is removed before it restarts."""
+        run = group[0]
+        state = run_state(run, self.status)
+        argv, log_path = list(run.train_args), run.log_path
+        if state == "resumable":
+            return [*argv, f"--resume={run.run_dir}"], "resume", log_path
+        mode = "restart" if state == "partial" else "start"
+        for member in group:
+            if run_state(member, self.status) == "partial":
+                shutil.rmtree(member.run_dir)
+        if len(group) > 1:
+            mode = f"{mode} (seeds {','.join(str(r.seed) for r in group)} in one process)"
+            argv = batch_train_args(group)
+            log_path = os.path.join(
+                os.path.dirname(run.log_path), f"seeds_{group[0].seed}-{group[-1].seed}.log"
+            )
+        return argv, mode, log_path
+
+    def _child_env(self, argv: list[str]) -> dict[str, str]:
+        """The child's extra environment: PYTHONPATH, and with ``--torch-threads=N`` the
+        OpenMP / MKL thread counts."""
+        m = [a for a in argv if flag_name(a) == "--torch-threads"]
+        if m and "=" in m[-1]:
+            n = m[-1].split("=", 1)[1]
+            if n.isdigit() and int(n) > 0:
+                return {**self.env, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+        return self.env
+
+    def finish(self, item: _Active, returncode: int) -> None:
+        """Record the exit of ``item``'s process: each of its runs finished or failed."""
         wall = time.monotonic() - item.started
         for run in item.runs:
-            entry = status[run.key]
+            entry = self.status[run.key]
             entry.update(returncode=returncode, wall_s=round(wall, 3))
             # exit 0 is a finished run (marl.train's contract); the marker or eval.json shows
             # it trained here (a --train-command may not write the marker; a seed of a batch
@@ -418,7 +480,7 @@ def execute_runs(
                 entry.update(state="finished", error=None)
                 msg = f"done   {run.key} ({item.mode}) in {wall:.1f}s"
             else:
-                failed += 1
+                self.failed += 1
                 reason = (
                     f"exit code {returncode}"
                     if returncode != 0
@@ -426,59 +488,30 @@ def execute_runs(
                 )
                 entry.update(state="failed", error=f"{reason}\n{_log_tail(item.log_path)}")
                 msg = f"FAILED {run.key} ({reason}); log: {item.log_path}"
-            bar.update(1)
-            if progress:
-                bar.write(msg)
+            self.bar.update(1)
+            if self.progress:
+                self.bar.write(msg)
             else:
                 print(msg, file=sys.stderr, flush=True)
-        atomic_write_json(status_path, status)
+        atomic_write_json(self.status_path, self.status)
 
-    def stop_all() -> None:
-        for item in active:  # recorded first: a launcher that never returns may end compare
+    def stop_all(self) -> None:
+        """Stop every running process (recorded as interrupted first: a launcher that never
+        returns may end compare), then record their exit codes."""
+        for item in self.active:
             for run in item.runs:
-                status[run.key].update(state="interrupted", returncode=None)
-        atomic_write_json(status_path, status)
-        codes = launcher.stop([item.handle for item in active], STOP_GRACE_S)
-        for item, code in zip(active, codes, strict=True):
+                self.status[run.key].update(state="interrupted", returncode=None)
+        atomic_write_json(self.status_path, self.status)
+        codes = self.launcher.stop([item.handle for item in self.active], STOP_GRACE_S)
+        for item, code in zip(self.active, codes, strict=True):
             for run in item.runs:
-                status[run.key].update(returncode=code)
-        atomic_write_json(status_path, status)
+                self.status[run.key].update(returncode=code)
+        atomic_write_json(self.status_path, self.status)
 
-    # Ctrl-C and SIGTERM raise KeyboardInterrupt, and are remembered: Ray may swallow the
-    # exception when the signal lands inside one of its calls, and the loop checks the flag
-    stop_signals: list[int] = []
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stop_signals.append(signum)
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        postfix()
-        while pending or active:
-            if stop_signals:
-                raise KeyboardInterrupt(f"signal {stop_signals[0]}")
-            while pending and len(active) < spec.jobs:
-                active.append(start(pending.popleft()))
-                postfix()
-            time.sleep(poll_s)
-            for item in list(active):
-                rc = launcher.poll(item.handle)
-                if rc is not None:
-                    active.remove(item)
-                    finish(item, rc)
-                    postfix()
-    except KeyboardInterrupt:
-        stop_all()
-        bar.close()
-        raise
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        if own_launcher:
-            launcher.close()
-    bar.close()
-    return status
+    def _postfix(self) -> None:
+        self.bar.set_postfix(
+            running=len(self.active), left=len(self.pending), failed=self.failed, refresh=True
+        )
 
 
 @contextlib.contextmanager
