@@ -1267,7 +1267,9 @@ def _safe(name: str) -> str:
 
 
 def make_plots(summary: Mapping[str, Any], out: str) -> list[str]:
-    """Write the PNG plots under ``out/plots``; returns their paths relative to ``out``."""
+    """Write the PNG plots under ``out/plots``; returns their paths relative to ``out``:
+    learning curves, aggregate intervals, probability of improvement, and each variant's
+    advantage distribution over training (a plot with nothing to show is left out)."""
     plt = _plt()
     plot_dir = os.path.join(out, "plots")
     os.makedirs(plot_dir, exist_ok=True)
@@ -1275,37 +1277,57 @@ def make_plots(summary: Mapping[str, Any], out: str) -> list[str]:
     colors = _colors(names)
     written: list[str] = []
 
-    # learning curves with CI bands
-    keys = [k for k in CURVE_KEYS if any(k in v["curves"] for v in summary["variants"].values())]
-    if keys:
-        ncols = min(3, len(keys))
-        nrows = -(-len(keys) // ncols)
-        fig, axes = plt.subplots(nrows, ncols, figsize=(6 * ncols, 4 * nrows), squeeze=False)
-        for ax in axes.flat[len(keys) :]:
-            ax.set_visible(False)
-        for ax, key in zip(axes.flat, keys, strict=False):
-            for name in names:
-                c = summary["variants"][name]["curves"].get(key)
-                if c is None:
-                    continue
-                x = np.asarray(c["env_steps"])
-                ax.plot(x, c["mean"], color=colors[name], label=f"{name} (n={c['n']})")
-                if c["mean_ci"] is not None:
-                    ax.fill_between(
-                        x, c["mean_ci"][0], c["mean_ci"][1], color=colors[name], alpha=0.2
-                    )
-            ax.set_xlabel("env steps")
-            ax.set_ylabel(key)
-            ax.set_title(f"{key}: mean over seeds, {summary['bootstrap']['confidence']:.0%} CI")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
+    def save(filename: str, fig: Any, dpi: int = 110) -> None:
+        if fig is None:
+            return
         fig.tight_layout()
-        path = os.path.join(plot_dir, "learning_curves.png")
-        fig.savefig(path, dpi=110)
+        path = os.path.join(plot_dir, filename)
+        fig.savefig(path, dpi=dpi)
         plt.close(fig)
         written.append(os.path.relpath(path, out))
 
-    # aggregate interval estimates: one panel per metric x (IQM, mean)
+    save("learning_curves.png", _plot_learning_curves(plt, summary, names, colors))
+    save("aggregate_intervals.png", _plot_intervals(plt, summary, names, colors))
+    save("probability_of_improvement.png", _plot_improvement(plt, summary, names, colors))
+    for name in names:
+        save(f"advantages_{_safe(name)}.png", _plot_advantages(plt, summary, name), dpi=100)
+    return written
+
+
+def _plot_learning_curves(
+    plt: Any, summary: Mapping[str, Any], names: list[str], colors: Mapping[str, Any]
+) -> Any:
+    """Each curve key's mean over seeds with its CI band, one panel per key (None: no
+    variant logged a curve)."""
+    keys = [k for k in CURVE_KEYS if any(k in v["curves"] for v in summary["variants"].values())]
+    if not keys:
+        return None
+    ncols = min(3, len(keys))
+    nrows = -(-len(keys) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6 * ncols, 4 * nrows), squeeze=False)
+    for ax in axes.flat[len(keys) :]:
+        ax.set_visible(False)
+    for ax, key in zip(axes.flat, keys, strict=False):
+        for name in names:
+            c = summary["variants"][name]["curves"].get(key)
+            if c is None:
+                continue
+            x = np.asarray(c["env_steps"])
+            ax.plot(x, c["mean"], color=colors[name], label=f"{name} (n={c['n']})")
+            if c["mean_ci"] is not None:
+                ax.fill_between(x, c["mean_ci"][0], c["mean_ci"][1], color=colors[name], alpha=0.2)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel(key)
+        ax.set_title(f"{key}: mean over seeds, {summary['bootstrap']['confidence']:.0%} CI")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return fig
+
+
+def _plot_intervals(
+    plt: Any, summary: Mapping[str, Any], names: list[str], colors: Mapping[str, Any]
+) -> Any:
+    """Aggregate interval estimates: one panel per metric x (IQM, mean), a bar per variant."""
     metrics = list(summary["metrics"])
     fig, axes = plt.subplots(
         len(metrics),
@@ -1338,90 +1360,83 @@ def make_plots(summary: Mapping[str, Any], out: str) -> list[str]:
                 f"{stat_name.upper()} of {summary['metrics'][metric]['label']}", fontsize=9
             )
             ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    path = os.path.join(plot_dir, "aggregate_intervals.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(os.path.relpath(path, out))
+    return fig
 
-    # probability of improvement over the reference
+
+def _plot_improvement(
+    plt: Any, summary: Mapping[str, Any], names: list[str], colors: Mapping[str, Any]
+) -> Any:
+    """P(variant > reference) with its CI, one panel per metric (None: no other variant)."""
     others = [n for n in names if n != summary["reference"]]
-    if others:
-        fig, axes = plt.subplots(
-            1,
-            len(metrics),
-            figsize=(3.2 * len(metrics), 0.8 + 0.45 * len(others)),
-            squeeze=False,
-        )
-        for ax, metric in zip(axes[0], metrics, strict=True):
-            for i, name in enumerate(others):
-                poi = summary["probability_of_improvement"][name][metric]
-                if poi["value"] is None:
-                    continue
-                if poi["ci"] is not None:
-                    lo, hi = poi["ci"]
-                    ax.barh(i, hi - lo, left=lo, height=0.6, color=colors[name], alpha=0.6)
-                ax.plot([poi["value"]], [i], "k|", markersize=14)
-            ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
-            ax.set_xlim(0, 1)
-            ax.set_yticks(range(len(others)))
-            ax.set_yticklabels(others if ax is axes[0][0] else [""] * len(others))
-            ax.set_title(summary["metrics"][metric]["label"], fontsize=9)
-        fig.suptitle(f"P(variant > {summary['reference']})", fontsize=10)
-        fig.tight_layout()
-        path = os.path.join(plot_dir, "probability_of_improvement.png")
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(os.path.relpath(path, out))
+    if not others:
+        return None
+    metrics = list(summary["metrics"])
+    fig, axes = plt.subplots(
+        1,
+        len(metrics),
+        figsize=(3.2 * len(metrics), 0.8 + 0.45 * len(others)),
+        squeeze=False,
+    )
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        for i, name in enumerate(others):
+            poi = summary["probability_of_improvement"][name][metric]
+            if poi["value"] is None:
+                continue
+            if poi["ci"] is not None:
+                lo, hi = poi["ci"]
+                ax.barh(i, hi - lo, left=lo, height=0.6, color=colors[name], alpha=0.6)
+            ax.plot([poi["value"]], [i], "k|", markersize=14)
+        ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
+        ax.set_xlim(0, 1)
+        ax.set_yticks(range(len(others)))
+        ax.set_yticklabels(others if ax is axes[0][0] else [""] * len(others))
+        ax.set_title(summary["metrics"][metric]["label"], fontsize=9)
+    fig.suptitle(f"P(variant > {summary['reference']})", fontsize=10)
+    return fig
 
-    # advantage distribution over training, per variant and agent type
-    for name in names:
-        adv = summary["variants"][name]["advantages"]
-        groups = [g for g in adv if any(adv[g][p]["mean"] for p in ("adv_raw", "adv"))]
-        if not groups:
-            continue
-        fig, axes = plt.subplots(
-            len(groups), 2, figsize=(11, 2.8 * len(groups)), squeeze=False, sharex=True
-        )
-        for row, group in enumerate(groups):
-            for col, prefix in enumerate(("adv_raw", "adv")):
-                ax = axes[row][col]
-                curves = adv[group][prefix]
-                mean, std = curves["mean"], curves["std"]
-                if mean is None:
-                    ax.set_visible(False)
-                    continue
-                x = np.asarray(mean["env_steps"])
-                mu = np.asarray(mean["mean"])
-                ax.plot(x, mu, color="C0", label="mean")
-                if std is not None and len(std["mean"]) == len(mu):
-                    sd = np.asarray(std["mean"])
-                    ax.fill_between(x, mu - sd, mu + sd, color="C0", alpha=0.2, label="± std")
-                for stat_name, color in (("pos_mean", "C2"), ("neg_mean", "C3")):
-                    c = curves[stat_name]
-                    if c is not None:
-                        ax.plot(
-                            c["env_steps"], c["mean"], color=color, linestyle="--", label=stat_name
-                        )
-                pos = curves["pos_frac"]
-                if pos is not None:
-                    twin = ax.twinx()
-                    twin.plot(pos["env_steps"], pos["mean"], color="C1", linestyle=":")
-                    twin.set_ylim(0, 1)
-                    twin.set_ylabel("pos_frac (dotted)", color="C1", fontsize=8)
-                when = "before whitening" if prefix == "adv_raw" else "after whitening"
-                ax.set_title(f"{name}: {group}, {when}", fontsize=9)
-                ax.grid(alpha=0.3)
-                if row == len(groups) - 1:
-                    ax.set_xlabel("env steps")
-                if row == 0 and col == 0:
-                    ax.legend(fontsize=7, loc="upper right")
-        fig.tight_layout()
-        path = os.path.join(plot_dir, f"advantages_{_safe(name)}.png")
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(os.path.relpath(path, out))
-    return written
+
+def _plot_advantages(plt: Any, summary: Mapping[str, Any], name: str) -> Any:
+    """Variant ``name``'s advantage distribution over training, per agent type, before and
+    after whitening (None: it logged none)."""
+    adv = summary["variants"][name]["advantages"]
+    groups = [g for g in adv if any(adv[g][p]["mean"] for p in ("adv_raw", "adv"))]
+    if not groups:
+        return None
+    fig, axes = plt.subplots(
+        len(groups), 2, figsize=(11, 2.8 * len(groups)), squeeze=False, sharex=True
+    )
+    for row, group in enumerate(groups):
+        for col, prefix in enumerate(("adv_raw", "adv")):
+            ax = axes[row][col]
+            curves = adv[group][prefix]
+            mean, std = curves["mean"], curves["std"]
+            if mean is None:
+                ax.set_visible(False)
+                continue
+            x = np.asarray(mean["env_steps"])
+            mu = np.asarray(mean["mean"])
+            ax.plot(x, mu, color="C0", label="mean")
+            if std is not None and len(std["mean"]) == len(mu):
+                sd = np.asarray(std["mean"])
+                ax.fill_between(x, mu - sd, mu + sd, color="C0", alpha=0.2, label="± std")
+            for stat_name, color in (("pos_mean", "C2"), ("neg_mean", "C3")):
+                c = curves[stat_name]
+                if c is not None:
+                    ax.plot(c["env_steps"], c["mean"], color=color, linestyle="--", label=stat_name)
+            pos = curves["pos_frac"]
+            if pos is not None:
+                twin = ax.twinx()
+                twin.plot(pos["env_steps"], pos["mean"], color="C1", linestyle=":")
+                twin.set_ylim(0, 1)
+                twin.set_ylabel("pos_frac (dotted)", color="C1", fontsize=8)
+            when = "before whitening" if prefix == "adv_raw" else "after whitening"
+            ax.set_title(f"{name}: {group}, {when}", fontsize=9)
+            ax.grid(alpha=0.3)
+            if row == len(groups) - 1:
+                ax.set_xlabel("env steps")
+            if row == 0 and col == 0:
+                ax.legend(fontsize=7, loc="upper right")
+    return fig
 
 
 def _jsonable(obj: Any) -> Any:
