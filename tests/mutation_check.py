@@ -51,8 +51,8 @@ MUTANTS = {
     ),
     "grad_clip_dropped": (
         "marl/algos/ppo.py",
-        "max_norm = math.inf if self.max_grad_norm is None else self.max_grad_norm",
-        "max_norm = math.inf",
+        "return clip_grads_per_seed_(grads, self.max_grad_norm)",
+        "return clip_grads_per_seed_(grads, None)",
     ),
     "entropy_sign": (
         "marl/algos/ppo.py",

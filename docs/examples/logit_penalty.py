@@ -38,7 +38,7 @@ def logit_penalty(
     logits = terms["logits"]  # [B, L, n, A], this minibatch's forward (with its graph)
     allowed = mb.action_mask.to(logits.dtype)  # masked actions' logits are set, not learned
     per_sample = (logits.pow(2) * allowed).sum(-1) / allowed.sum(-1).clamp_min(1.0)
-    count = terms["count"]  # one run's, or [S] in a --seeds batch
+    count = terms["count"]  # [S]: one per run (S = 1 for a plain run)
     return {"loss/logit": coef * per_run_sum(per_sample * mask, count) / count}
 
 

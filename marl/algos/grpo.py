@@ -571,7 +571,7 @@ def kl_to_reference(
     with k3 the estimator of KL(pi || pi_ref) (:func:`marl.core.advantages.kl_k3`) and
     ``mb.ref_logp [B, L, n]`` the reference policy's log-probs of the taken actions."""
     k3 = kl_k3(terms["logp"], mb.ref_logp)  # [B, L, n]
-    count = terms["count"]  # one run's, or [S] for a seed batch (per_run_sum)
+    count = terms["count"]  # [S]: one per run (per_run_sum)
     return {"loss/kl": kl_coef * per_run_sum(k3 * mask, count) / count}
 
 

@@ -31,14 +31,13 @@ type's forward and backward in its own thread too (one optimiser step after both
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from marl.algos.base import (
     BACKBONES,
@@ -59,6 +58,7 @@ from marl.algos.ppo import (
     stack_windows,
     window_plan,
 )
+from marl.algos.value_update import ValueTargets, ValueUpdate
 from marl.collect import RolloutBatch, RolloutCollector
 from marl.core.advantages import gae, shape_with_penalty
 from marl.core.losses import (
@@ -66,12 +66,11 @@ from marl.core.losses import (
     ValueNorm,
     explained_variance,
     linear_schedule,
-    value_loss,
 )
 from marl.core.whitening import GroupKeys, advantage_stats, whiten
 from marl.envapi import make_vector_env
 from marl.policies import AgentLayout, CentralCritic, MultiAgentPolicy
-from marl.run.distributed import DistContext, average_gradients, broadcast_parameters
+from marl.run.distributed import DistContext, broadcast_parameters
 
 __all__ = ["MAPPO", "MAPPOConfig", "MAPPOAdvantages", "episode_segments"]
 
@@ -233,6 +232,16 @@ class MAPPOAdvantages:
     clip_frac: float  # fraction of advantages clipped by adv_clip
     penalty_beta: float | None  # the shaping coefficient, when penalty shaping is on
 
+    def explained_variance(self) -> float:
+        """How much of the returns' variance the rollout's values explain (team and
+        individual channels together, ensemble heads averaged)."""
+        return explained_variance(
+            torch.cat([self.values_team.mean(-1).reshape(-1),
+                       self.values_individual.mean(-1).reshape(-1)]),
+            torch.cat([self.returns_team.mean(-1).reshape(-1),
+                       self.returns_individual.mean(-1).reshape(-1)]),
+        )  # fmt: skip
+
 
 def episode_segments(episode_start: Tensor, window: int) -> Tensor:
     """Per step and env, an id of the (training window, episode) piece it belongs to.
@@ -287,9 +296,15 @@ class MAPPO(Algorithm):
             objective_class=self.objective_class,
         )
         self.offset = self.policy_update.offset
-        self.critic_opt = torch.optim.Adam(
-            self.critic.parameters(), lr=cfg.resolved_critic_lr, eps=1e-5, fused=True
+        self.value_update = ValueUpdate(
+            self.critic,
+            lr=cfg.resolved_critic_lr,
+            num_minibatches=cfg.num_minibatches,
+            max_grad_norm=cfg.max_grad_norm,
+            value_clip=cfg.value_clip,
+            ctx=ctx,
         )
+        self.critic_opt = self.value_update.optimizer
         self.value_norm_team = self.value_norm_ind = None
         if cfg.value_norm:
             self.value_norm_team = ValueNorm(1, cfg.value_norm_beta, distributed=self.distributed)
@@ -589,61 +604,31 @@ class MAPPO(Algorithm):
         ``T * E`` states), minibatches as the policy's."""
         cfg = self.cfg
         T, E, N = batch.num_steps, batch.num_envs, self.layout.n_agents
-        ev = explained_variance(
-            torch.cat(
-                [adv.values_team.mean(-1).reshape(-1), adv.values_individual.mean(-1).reshape(-1)]
-            ),
-            torch.cat(
-                [adv.returns_team.mean(-1).reshape(-1), adv.returns_individual.mean(-1).reshape(-1)]
-            ),
+        ev = adv.explained_variance()
+        target_team, target_ind = self.value_targets(adv)
+        K = target_team.shape[-1]
+        data = ValueTargets(  # a batch of one run
+            batch.state.reshape(1, T * E, -1),
+            batch.values_team.reshape(1, T * E, K),
+            batch.values_individual.reshape(1, T * E, N, K),
+            target_team.reshape(1, T * E, K),
+            target_ind.reshape(1, T * E, N, K),
+            None if batch.active is None else batch.active.reshape(1, T * E, N, 1),
         )
+        self.value_update.set_lr(cfg.resolved_critic_lr * lr_scale)
+        metrics, stops = self.value_update.epochs_of_minibatches(data, [o[None] for o in orders])
+        if stops:
+            raise NonFiniteError(stops[0])
+        return {key: float(value[0]) for key, value in metrics.items()} | {"explained_variance": ev}
+
+    def value_targets(self, adv: MAPPOAdvantages) -> tuple[Tensor, Tensor]:
+        """The ValueNorm update on the rollout's returns, then the returns normalised: the
+        critic's targets ``[T, E, K]`` (team) and ``[T, E, N, K]`` (individual)."""
         if self.value_norm_team is not None:
+            N = adv.returns_individual.shape[-2]
             self.value_norm_team.update(adv.returns_team.reshape(-1, 1))
             self.value_norm_ind.update(adv.returns_individual.transpose(-1, -2).reshape(-1, N))
-        target_team, target_ind = self._normalize(adv.returns_team, adv.returns_individual)
-        K = target_team.shape[-1]
-        states = batch.state.reshape(T * E, -1)
-        target_team, target_ind = target_team.reshape(T * E, K), target_ind.reshape(T * E, N, K)
-        old_team = batch.values_team.reshape(T * E, K)
-        old_ind = batch.values_individual.reshape(T * E, N, K)
-        active = None if batch.active is None else batch.active.reshape(T * E, N, 1)
-        for group in self.critic_opt.param_groups:
-            group["lr"] = cfg.resolved_critic_lr * lr_scale
-        params = list(self.critic.parameters())
-        max_norm = math.inf if cfg.max_grad_norm is None else cfg.max_grad_norm
-        size = max(1, math.ceil(T * E / cfg.num_minibatches))
-        total, grad_norms, steps = 0.0, 0.0, 0
-        for order in orders:
-            for start in range(0, T * E, size):
-                idx = order[start : start + size]
-                pred_team, pred_ind = self.critic(states[idx])
-                loss = value_loss(
-                    pred_team, old_team[idx], target_team[idx], value_clip=cfg.value_clip
-                ) + value_loss(
-                    pred_ind,
-                    old_ind[idx],
-                    target_ind[idx],
-                    value_clip=cfg.value_clip,
-                    mask=None if active is None else active[idx],
-                )
-                if not torch.isfinite(loss):
-                    raise NonFiniteError("loss/value")
-                self.critic_opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if self.distributed:
-                    average_gradients(params, self.ctx, weight=float(len(idx)))
-                grad_norm = float(nn.utils.clip_grad_norm_(params, max_norm))
-                if not math.isfinite(grad_norm):
-                    raise NonFiniteError("grad_norm (value)")
-                self.critic_opt.step()
-                total += loss.item()
-                grad_norms += grad_norm
-                steps += 1
-        return {
-            "loss/value": total / max(steps, 1),
-            "value_grad_norm": grad_norms / max(steps, 1),
-            "explained_variance": ev,
-        }
+        return self._normalize(adv.returns_team, adv.returns_individual)
 
     def _denormalize(self, team: Tensor, ind: Tensor) -> tuple[Tensor, Tensor]:
         if self.value_norm_team is None:

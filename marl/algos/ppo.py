@@ -1,18 +1,29 @@
-"""The clipped-surrogate policy update shared by MAPPO and GRPO.
+"""The clipped-surrogate policy update shared by MAPPO and GRPO, for S runs at once.
 
-An algorithm turns its batch into :class:`Minibatch` units per agent type (single steps,
-training windows, or whole episodes) with their advantages, then calls
-:meth:`PolicyUpdate.run`: ``epochs`` passes over shuffled minibatches, each one
-(:meth:`PolicyUpdate.step`)
+One update serves one run and many: :class:`PolicyUpdate` holds S runs' policies stacked
+(a leading run axis on every parameter, :class:`marl.seed_policies.SeedMultiAgentPolicy`),
+and a single run is a batch of one (S = 1). ``python -m marl.train --seed k`` and ``--seeds
+0-15`` train through the same lines. An algorithm turns its batch into :class:`Minibatch`
+units per agent type (single steps, training windows, or whole episodes) with their
+advantages, then calls :meth:`PolicyUpdate.run` (one run) or
+:meth:`PolicyUpdate.epochs_of_minibatches` (S runs, :class:`SeedMinibatch`): ``epochs``
+passes over shuffled minibatches, each one (:meth:`PolicyUpdate.minibatch_step`)::
 
-    count = the valid (step, agent) samples of all agent types in the minibatch
+    count = each run's valid (step, agent) samples, all agent types   [S]
     optimizer.zero_grad()
     for every agent type:                                   (loss_and_backward)
-        terms = objective(actor, minibatch, coef, count=count)
-        objective.total(terms).backward()
+        terms = objective(actor, minibatch, coef, count=count)   each term [S]
+        objective.total(terms).sum().backward()             (run k's parameters get d loss[k])
     offset.loss(advantages).backward()                      (the optimism offset, if any)
     average_gradients (distributed, weighted by this rank's sample count)
-    clip_grad_norm_(params, max_grad_norm); optimizer.step()
+    clip each run's gradients by its own norm (never the stack's); optimizer.step()
+
+The optimizer is a stock ``torch.optim.Adam`` with one param group per run, over views of
+the stack (:class:`marl.core.seed_batched.SeedViews`): each run's step count, moments and
+learning rate are its own, a run whose loss turned non-finite is left out of the step, and
+each run's own :class:`MultiAgentPolicy` *is* its slice of the stack (its parameters are the
+views), so the rollout reads the latest parameters and checkpoints keep their single-run
+format.
 
 The loss is :class:`ClipPPOObjective`: named terms, as TorchRL's ``ClipPPOLoss`` returns
 them. Every ``loss/...`` term is a sum over one agent type's valid samples divided by
@@ -32,7 +43,7 @@ configuration asks for them; neither changes the gradients:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import Any
@@ -42,8 +53,10 @@ from torch import Tensor, nn
 
 from marl.algos.parallel import side_by_side
 from marl.core.losses import NonFiniteError, OptimismOffset, ppo_sample_stats, ppo_surrogate
+from marl.core.seed_batched import SeedViews, clip_grads_per_seed_
 from marl.policies import MaskedCategorical, MultiAgentPolicy, TypeActor
 from marl.run.distributed import DistContext, average_gradients
+from marl.seed_policies import SeedMultiAgentPolicy
 
 __all__ = [
     "Minibatch",
@@ -55,7 +68,10 @@ __all__ = [
     "chunked_loss_and_backward",
     "types_side_by_side",
     "PolicyUpdate",
+    "SeedMinibatch",
+    "alias_parameters",
     "minibatch_indices",
+    "take_rows",
     "stack_windows",
     "window_plan",
 ]
@@ -281,7 +297,7 @@ def loss_and_backward(
     terms = {}
     for name, mb in batch.items():
         terms[name] = objective(actors[name], mb, coef, count=count)
-        objective.total(terms[name]).backward()
+        objective.total(terms[name]).sum().backward()
     return terms
 
 
@@ -302,7 +318,7 @@ def chunked_loss_and_backward(
         return loss_and_backward(objective, actors, batch, coef, count)
     out = {}
     for name, mb in batch.items():
-        length = mb.actions.shape[1]
+        length = mb.actions.shape[-2]
         chunks = actors[name].chunks(
             mb.obs, mb.state, mb.resets, length, mb.burn_in, objective.tbptt_chunk
         )
@@ -311,7 +327,7 @@ def chunked_loss_and_backward(
             part = mb if (steps.start, steps.stop) == (0, length) else mb.loss_steps(steps)
             dist = MaskedCategorical(logits, part.action_mask)
             terms = objective.terms(part, dist, coef, count)
-            objective.total(terms).backward()  # frees this chunk's activations
+            objective.total(terms).sum().backward()  # frees this chunk's activations
             for key, value in terms.items():
                 if key not in objective.INTERMEDIATES:
                     value = value.detach()
@@ -350,13 +366,100 @@ def minibatch_indices(num_units: int, num_minibatches: int) -> list[Tensor]:
     return [perm[start : start + size] for start in range(0, num_units, size)]
 
 
+@dataclass
+class SeedMinibatch(Minibatch):
+    """:class:`Minibatch` of S runs: a leading run axis on every field (``obs [S, B, P + L,
+    n, D]``, ``loss_mask [S, B, L]``, ``burn_in [S, B]``, the state a tuple of ``[S, B * n,
+    ...]``). :meth:`select` takes each run's own units, ``idx [S, b]``."""
+
+    @property
+    def num_units(self) -> int:
+        return int(self.obs.shape[1])
+
+    @property
+    def n_agents(self) -> int:
+        return int(self.obs.shape[3])
+
+    @classmethod
+    def stack(cls, per_run: Sequence[Minibatch]) -> SeedMinibatch:
+        """S single-run minibatches of one shape -> one with the run axis first."""
+
+        def stacked(name: str) -> Any:
+            values = [getattr(mb, name) for mb in per_run]
+            if values[0] is None:
+                return None
+            if name == "state":
+                return tuple(torch.stack(parts) for parts in zip(*values, strict=True))
+            return torch.stack(values)
+
+        return cls(**{f.name: stacked(f.name) for f in fields(Minibatch)})
+
+    def select(self, idx: Tensor) -> SeedMinibatch:
+        """Run s's units ``idx[s]`` (``idx [S, b]`` long) of every run (one ``index_select``
+        of whole rows per field: the run and unit axes flattened)."""
+        taken = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                taken[f.name] = None
+            elif f.name == "state":
+                n = self.n_agents
+                rows = (idx[..., None] * n + torch.arange(n, device=idx.device)).flatten(1)
+                taken[f.name] = tuple(take_rows(s, rows) for s in value)
+            else:
+                taken[f.name] = take_rows(value, idx)
+        return replace(self, **taken)
+
+    def loss_steps(self, steps: slice) -> SeedMinibatch:
+        """:meth:`Minibatch.loss_steps` of every run (the step axis is dim 2)."""
+        taken = {
+            name: None if getattr(self, name) is None else getattr(self, name)[:, :, steps]
+            for name in self.LOSS_FIELDS
+        }
+        return replace(self, **taken)
+
+
+def take_rows(x: Tensor, idx: Tensor) -> Tensor:
+    """``x [S, U, ...]`` at ``idx [S, b]`` along dim 1 -> ``[S, b, ...]`` (``x[s, idx[s]]``)."""
+    S, U = x.shape[:2]
+    flat = (idx + torch.arange(S, device=idx.device)[:, None] * U).reshape(-1)
+    return x.reshape(S * U, *x.shape[2:]).index_select(0, flat).reshape(S, -1, *x.shape[2:])
+
+
+def alias_parameters(module: nn.Module, params: Sequence[nn.Parameter]) -> None:
+    """Make ``params`` (in ``module.named_parameters()`` order) the parameters of
+    ``module``: afterwards the module reads and ``load_state_dict`` writes them."""
+    names = [name for name, _ in module.named_parameters()]
+    if len(names) != len(params):
+        raise ValueError(f"{len(params)} parameters for a module with {len(names)}")
+    for name, p in zip(names, params, strict=True):
+        owner_name, _, attr = name.rpartition(".")
+        owner = module.get_submodule(owner_name) if owner_name else module
+        if getattr(owner, attr).shape != p.shape:
+            raise ValueError(
+                f"{name}: shape {list(p.shape)} for {list(getattr(owner, attr).shape)}"
+            )
+        setattr(owner, attr, p)
+
+
 class PolicyUpdate:
-    """Adam on a :class:`MultiAgentPolicy` (and on the objective's optimism offset, if any)
-    and the epochs of clipped policy updates (see the module docstring)."""
+    """The policy update of S runs at once; one run is a batch of one (see the module
+    docstring).
+
+    ``policy`` is one run's :class:`MultiAgentPolicy` or S runs' (one per seed, of one
+    layout and backbone). They are stacked into :attr:`stack` (a
+    :class:`~marl.seed_policies.SeedMultiAgentPolicy`, a leading run axis on every
+    parameter), and each run's policy then *is* its slice of the stack: its parameters are
+    the views :attr:`views` holds (``views.per_seed[k]``), so the rollout's single-run policy
+    always sees the stack's latest step, and its ``state_dict`` is the run's checkpoint. The
+    optimizer is a stock ``torch.optim.Adam`` over the views with one param group per run:
+    each run's step count, moments and learning rate are its own, and for one run it is
+    exactly the Adam a plain single-run trainer would build over ``policy.parameters()``.
+    """
 
     def __init__(
         self,
-        policy: MultiAgentPolicy,
+        policy: MultiAgentPolicy | Sequence[MultiAgentPolicy],
         *,
         lr: float,
         epochs: int,
@@ -366,32 +469,47 @@ class PolicyUpdate:
         parallel: bool = False,
         ctx: DistContext | None = None,
     ) -> None:
-        self.policy, self.ctx = policy, ctx
+        self.policies = [policy] if isinstance(policy, MultiAgentPolicy) else list(policy)
+        self.num_runs = len(self.policies)
+        self.ctx = ctx
         self.objective = ClipPPOObjective() if objective is None else objective
         self.offset = self.objective.offset
+        self.distributed = ctx is not None and ctx.enabled
+        if self.num_runs > 1 and (self.offset is not None or self.distributed):
+            raise ValueError(
+                "the optimism offset and distributed training update one run at a time "
+                f"(got {self.num_runs} runs)"
+            )
         self.epochs, self.num_minibatches = epochs, num_minibatches
         self.max_grad_norm = max_grad_norm
-        self.params = list(policy.parameters()) + (
-            [] if self.offset is None else list(self.offset.parameters())
-        )
+        #: the runs' policies stacked: ``[S, ...]`` parameters
+        self.stack = SeedMultiAgentPolicy(self.policies)
+        self.views = _ordered_views(self.stack, self.policies[0])
+        for policy_k, views_k in zip(self.policies, self.views.per_seed, strict=True):
+            alias_parameters(policy_k, views_k)
+        offset = [] if self.offset is None else list(self.offset.parameters())
+        #: the optimizer's parameters: every run's policy (run-major), then the offset's
+        self.params = self.views.parameters() + offset
+        groups = [{"params": list(views_k)} for views_k in self.views.per_seed]
+        groups[0]["params"] += offset
         # a stock Adam; fused=True: torch's one-kernel step (the maths of its default
         # per-tensor loop, in fewer operations for these many small tensors)
-        self.optimizer = torch.optim.Adam(self.params, lr=lr, eps=1e-5, fused=True)
-        self.distributed = ctx is not None and ctx.enabled
+        self.optimizer = torch.optim.Adam(groups, lr=lr, eps=1e-5, fused=True)
         #: opt-in: each agent type's loss and backward in its own thread
         #: (:func:`types_side_by_side`), where the types' backbones may run in two threads
         #: at once; distributed runs keep the types in turn, so that collectives match
+        first = self.policies[0]
         self.parallel = (
             parallel
             and not self.distributed
-            and len(policy.actors) > 1
-            and all(bool(getattr(a.backbone, "thread_safe", True)) for a in policy.actors.values())
+            and len(first.actors) > 1
+            and all(bool(getattr(a.backbone, "thread_safe", True)) for a in first.actors.values())
         )
 
     @classmethod
     def from_config(
         cls,
-        policy: MultiAgentPolicy,
+        policy: MultiAgentPolicy | Sequence[MultiAgentPolicy],
         cfg: Any,
         *,
         parallel: bool,
@@ -400,11 +518,12 @@ class PolicyUpdate:
     ) -> PolicyUpdate:
         """The update a config asks for: lr, epochs, minibatches, grad clip, and an
         ``objective_class`` objective with truncated BPTT (``cfg.tbptt_chunk``, where the
-        config has it) and, when ``cfg.optimism_offset`` is set, a learnable offset on
-        ``policy``'s device (available as ``.offset``)."""
+        config has it) and, when ``cfg.optimism_offset`` is set, a
+        learnable offset on ``policy``'s device (available as ``.offset``)."""
         offset = None
         if cfg.optimism_offset is not None:
-            device = next(policy.parameters()).device
+            first = policy if isinstance(policy, MultiAgentPolicy) else policy[0]
+            device = next(first.parameters()).device
             offset = OptimismOffset(cfg.optimism_offset).to(device)
         objective = objective_class(offset=offset, tbptt_chunk=getattr(cfg, "tbptt_chunk", None))
         return cls(
@@ -418,33 +537,82 @@ class PolicyUpdate:
             ctx=ctx,
         )
 
-    def set_lr(self, lr: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+    def set_lr(self, lr: float | Sequence[float]) -> None:
+        """Every run's learning rate (a number), or run k's ``lr[k]``."""
+        rates = [lr] * self.num_runs if isinstance(lr, (int, float)) else list(lr)
+        for group, rate in zip(self.optimizer.param_groups, rates, strict=True):
+            group["lr"] = float(rate)
 
+    # -- one run ---------------------------------------------------------------------------
     def run(self, units: dict[str, Minibatch], coef: PPOLossConfig) -> dict[str, float]:
-        """``epochs`` x minibatches of clipped updates on ``units`` (per agent type, the same
-        number of units each); returns the mean over minibatches of every metric."""
+        """One run's update (a batch of one): ``epochs`` x minibatches on ``units`` (per agent
+        type, the same number of units each), each epoch's permutation drawn from torch's
+        global generator; returns the mean over minibatches of every metric. Raises
+        :class:`~marl.core.losses.NonFiniteError` naming what turned NaN or inf."""
         num_units = next(iter(units.values())).num_units
-        sums: dict[str, float] = {}
-        steps = 0
-        for _epoch in range(self.epochs):
-            for idx in minibatch_indices(num_units, self.num_minibatches):
-                batch = {name: mb.select(idx) for name, mb in units.items()}
-                metrics = self.step(batch, coef)
-                for key, value in metrics.items():
-                    sums[key] = sums.get(key, 0.0) + value
-                steps += 1
-        return {key: value / max(steps, 1) for key, value in sums.items()}
+        orders = [torch.randperm(num_units)[None] for _ in range(self.epochs)]
+        stacked = {name: SeedMinibatch.stack([mb]) for name, mb in units.items()}
+        metrics, stops = self.epochs_of_minibatches(stacked, [coef], orders)
+        return self._one_run(metrics, stops)
 
     def step(self, batch: dict[str, Minibatch], coef: PPOLossConfig) -> dict[str, float]:
-        """One optimiser step on one minibatch (every agent type's units); returns its
-        metrics: every term but the hooks' inputs, summed over the agent types, and
-        ``grad_norm`` (before clipping)."""
-        n_valid = sum(mb.sample_mask().sum() for mb in batch.values())
-        count = n_valid.clamp_min(1).float()  # the denominator of every term
-        self.optimizer.zero_grad(set_to_none=True)
+        """One run's optimiser step on one minibatch (a batch of one); its metrics."""
+        stops: dict[int, str] = {}
+        stacked = {name: SeedMinibatch.stack([mb]) for name, mb in batch.items()}
+        return self._one_run(self.minibatch_step(stacked, [coef], stops), stops)
+
+    def _one_run(self, metrics: dict[str, Tensor], stops: dict[int, str]) -> dict[str, float]:
+        if self.num_runs != 1:
+            raise ValueError(f"run() and step() update one run; this update holds {self.num_runs}")
+        if stops:
+            raise NonFiniteError(stops[0])
+        # a hook may report a run's metric as a scalar (one run: the same number)
+        return {key: float(value.reshape(-1)[0]) for key, value in metrics.items()}
+
+    # -- S runs ----------------------------------------------------------------------------
+    def epochs_of_minibatches(
+        self,
+        units: dict[str, SeedMinibatch],
+        coefs: Sequence[PPOLossConfig],
+        orders: Sequence[Tensor],
+        training: Sequence[bool] | None = None,
+    ) -> tuple[dict[str, Tensor], dict[int, str]]:
+        """One pass over every run's minibatches per ``orders[e] [S, U]`` (run s's
+        permutation of its units in epoch e; ``coefs[s]``: run s's coefficients; runs not
+        ``training`` are left as they are); returns each metric's mean over the minibatches,
+        ``[S]``, and the runs that stopped (index -> the quantity that turned non-finite)."""
+        U = next(iter(units.values())).num_units
+        size = max(1, math.ceil(U / self.num_minibatches))
+        sums: dict[str, Tensor] = {}
+        steps, stops = 0, {}
+        for order in orders:
+            for start in range(0, U, size):
+                idx = order[:, start : start + size].to(self.views.stacked[0].device)
+                batch = {name: mb.select(idx) for name, mb in units.items()}
+                for key, value in self.minibatch_step(batch, coefs, stops, training).items():
+                    sums[key] = sums[key] + value if key in sums else value
+                steps += 1
+        return {key: value / max(steps, 1) for key, value in sums.items()}, stops
+
+    def minibatch_step(
+        self,
+        batch: dict[str, SeedMinibatch],
+        coefs: Sequence[PPOLossConfig],
+        stops: dict[int, str],
+        training: Sequence[bool] | None = None,
+    ) -> dict[str, Tensor]:
+        """One optimiser step of every run on its minibatch; returns the metrics ``[S]``:
+        every term but the hooks' inputs, summed over the agent types, and ``grad_norm``
+        (before clipping). A run whose loss or gradient norm is NaN or inf is added to
+        ``stops`` and left as it is (parameters and optimiser state)."""
+        n_valid = sum(mb.sample_mask().flatten(1).sum(1) for mb in batch.values())  # [S]
+        count = n_valid.clamp_min(1).float()  # each run's denominator of every term
+        coef = _stacked_coef(coefs, count.device)
+        self.views.zero_grad()
+        if self.offset is not None:
+            self.offset.zero_grad(set_to_none=True)
         terms = self.loss_and_backward(batch, coef, count)
+        loss = sum(self.objective.total(t).detach() for t in terms.values())  # [S]
         if self.offset is not None:
             advantages = torch.cat([mb.advantages.reshape(-1) for mb in batch.values()])
             mask = torch.cat([mb.sample_mask().reshape(-1) for mb in batch.values()])
@@ -452,22 +620,26 @@ class PolicyUpdate:
         if self.distributed:
             # each rank's loss is a mean over its own samples: the mean weighted by the
             # sample counts is the gradient of the mean over the concatenated batch
-            average_gradients(self.params, self.ctx, weight=float(n_valid))
-        max_norm = math.inf if self.max_grad_norm is None else self.max_grad_norm
-        grad_norm = float(nn.utils.clip_grad_norm_(self.params, max_norm))
-        if not math.isfinite(grad_norm):
-            raise NonFiniteError("grad_norm (policy)")
+            average_gradients(self.views.stacked + self._offset_params(), self.ctx,
+                              weight=float(n_valid[0]))  # fmt: skip
+        grad_norm = self.clip_gradients()  # [S]: each run by its own norm
+        finite = (torch.isfinite(loss) & torch.isfinite(grad_norm)).cpu()
+        steps = []
+        for k in range(self.num_runs):
+            if (training is None or training[k]) and k not in stops and not finite[k]:
+                stops[k] = ("loss" if not torch.isfinite(loss[k]) else "grad_norm") + " (policy)"
+            steps.append((training is None or training[k]) and k not in stops)
+        self.views.attach_grads(steps)
+        if self.offset is not None and not steps[0]:
+            self.offset.zero_grad(set_to_none=True)
         self.optimizer.step()
-        metrics = {
-            key: float(sum(t[key].detach() for t in terms.values() if key in t))
-            for key in sorted({k for t in terms.values() for k in t})
-            if key not in self.objective.INTERMEDIATES
-        }
+        keys = sorted({k for t in terms.values() for k in t} - set(self.objective.INTERMEDIATES))
+        metrics = {key: sum(t[key].detach() for t in terms.values() if key in t) for key in keys}
         metrics["grad_norm"] = grad_norm
         return metrics
 
     def loss_and_backward(
-        self, batch: dict[str, Minibatch], coef: PPOLossConfig, count: Tensor
+        self, batch: dict[str, SeedMinibatch], coef: PPOLossConfig, count: Tensor
     ) -> dict[str, dict[str, Tensor]]:
         """Every agent type's terms, after their backward: :func:`loss_and_backward`, or the
         opt-in wrappers around it that the configuration chose (``tbptt_chunk``:
@@ -477,7 +649,39 @@ class PolicyUpdate:
             path = chunked_loss_and_backward
         if self.parallel:
             path = types_side_by_side(path)
-        return path(self.objective, self.policy.actors, batch, coef, count)
+        return path(self.objective, self.stack.actors, batch, coef, count)
+
+    def clip_gradients(self) -> Tensor:
+        """Clip each run's gradients (the offset's with run 0's) by the run's own total norm,
+        as ``torch.nn.utils.clip_grad_norm_`` on that run alone; the norms ``[S]`` before."""
+        grads = [p.grad for p in self.views.stacked if p.grad is not None]
+        grads += [p.grad.reshape(1) for p in self._offset_params() if p.grad is not None]
+        return clip_grads_per_seed_(grads, self.max_grad_norm)
+
+    def _offset_params(self) -> list[nn.Parameter]:
+        return [] if self.offset is None else list(self.offset.parameters())
+
+
+def _ordered_views(stack: nn.Module, single: MultiAgentPolicy) -> SeedViews:
+    """:class:`SeedViews` over ``stack``'s parameters in the order of a single run's
+    ``single.named_parameters()``, so that run k's views line up with its own policy."""
+    names = {f"actors.{t}.{stacked}": f"actors.{t}.{one}"
+             for t, actor in stack.actors.items()
+             for stacked, one in actor.single_seed_names().items()}  # fmt: skip
+    by_single = {one: name for name, one in names.items()}
+    params = dict(stack.named_parameters())
+    return SeedViews([params[by_single[name]] for name, _ in single.named_parameters()])
+
+
+def _stacked_coef(coefs: Sequence[PPOLossConfig], device: torch.device) -> PPOLossConfig:
+    """One :class:`PPOLossConfig` for the stack: the runs share the clip settings; the
+    entropy coefficient (which may follow each run's own schedule) as a ``[S]`` tensor when
+    the runs' differ."""
+    first = coefs[0]
+    ent = [c.ent_coef for c in coefs]
+    if all(e == ent[0] for e in ent):
+        return first
+    return replace(first, ent_coef=torch.tensor(ent, device=device))
 
 
 def stack_windows(x: Tensor, index: Tensor) -> Tensor:

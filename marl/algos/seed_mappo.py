@@ -22,14 +22,15 @@ expensive parts run for all seeds together on stacked modules (a leading seed ax
 Independence, equality and stopping: :mod:`marl.algos.seeds` (the shared part). The
 critic's values, ValueNorm and the value loss are per seed like everything else.
 
-Not batched here: distributed training (torchrun), the optimism offset and truncated BPTT
-(``tbptt_chunk``) are refused with ``--seeds``; ``parallel_update`` runs the value epochs
-beside the policy epochs (the agent types' actors run in turn).
+The policy epochs are :class:`marl.algos.ppo.PolicyUpdate`'s and the value epochs
+:class:`marl.algos.value_update.ValueUpdate`'s: the same update a single run (a batch of one)
+trains with. Not batched over seeds: distributed training (torchrun) and the optimism offset
+are refused with ``--seeds``; ``parallel_update`` runs the value epochs beside the policy
+epochs (the agent types' actors run in turn).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -45,13 +46,10 @@ from marl.algos.seeds import (
     SeedBatch,
     SeedMinibatch,
     load_views_state,
-    ordered_views,
-    per_seed_adam,
-    take_rows,
 )
-from marl.core.losses import NonFiniteError, explained_variance, linear_schedule, value_loss
+from marl.algos.value_update import ValueTargets, ValueUpdate
+from marl.core.losses import NonFiniteError, linear_schedule
 from marl.seed_collect import SeedRolloutBatch, SeedRolloutCollector
-from marl.seed_policies import SeedCentralCritic
 
 __all__ = ["SeedMAPPO"]
 
@@ -68,12 +66,17 @@ class SeedMAPPO(SeedBatch):
         algorithm: type[MAPPO] = MAPPO,
     ) -> None:
         super().__init__(algorithm, cfgs, device)
-        first = self.runs[0]
-        self.critic = SeedCentralCritic([r.critic for r in self.runs]).to(self.device)
-        self.critic_views = ordered_views(
-            self.critic, self.critic.single_seed_names(), first.critic
+        #: the value update of every seed at once (each run's critic is its slice)
+        self.value_update = ValueUpdate(
+            [r.critic for r in self.runs],
+            lr=self.cfg.resolved_critic_lr,
+            num_minibatches=self.cfg.num_minibatches,
+            max_grad_norm=self.cfg.max_grad_norm,
+            value_clip=self.cfg.value_clip,
         )
-        self.critic_opt = per_seed_adam(self.critic_views, self.cfg.resolved_critic_lr)
+        self.critic = self.value_update.stack
+        self.critic_views = self.value_update.views
+        self.critic_opt = self.value_update.optimizer
         self.collector = SeedRolloutCollector(
             [r.vec for r in self.runs],
             self.layout,
@@ -203,7 +206,7 @@ class SeedMAPPO(SeedBatch):
         """ValueNorm update per seed, then one value epoch per ``orders[e] [S, T * E]`` on the
         stacked critic (:meth:`MAPPO.update_critic` for every seed); metrics ``[S]`` and the
         seeds that stopped (index -> why)."""
-        cfg, S = self.cfg, self.num_seeds
+        S = self.num_seeds
         T, E, N = batch.num_steps, batch.num_envs, self.layout.n_agents
         M = T * E
         targets_team, targets_ind, ev = [], [], []
@@ -213,61 +216,27 @@ class SeedMAPPO(SeedBatch):
                 targets_ind.append(batch.values_individual[k].reshape(M, N, -1))
                 ev.append(float("nan"))
                 continue
-            ev.append(_explained_variance(adv))
-            if run.value_norm_team is not None:
-                run.value_norm_team.update(adv.returns_team.reshape(-1, 1))
-                run.value_norm_ind.update(adv.returns_individual.transpose(-1, -2).reshape(-1, N))
-            team, ind = run._normalize(adv.returns_team, adv.returns_individual)
+            ev.append(adv.explained_variance())
+            team, ind = run.value_targets(adv)
             targets_team.append(team.reshape(M, -1))
             targets_ind.append(ind.reshape(M, N, -1))
-        target_team, target_ind = torch.stack(targets_team), torch.stack(targets_ind)
-        K = target_team.shape[-1]
-        # contiguous once (the rollout's seed blocks are padded for alignment), so that each
-        # minibatch's rows are one index_select, not a copy of the whole rollout
-        states = batch.state.reshape(S, M, -1).contiguous()
-        old_team = batch.values_team.reshape(S, M, K).contiguous()
-        old_ind = batch.values_individual.reshape(S, M, N, K).contiguous()
-        active = None if batch.active is None else batch.active.reshape(S, M, N, 1)
-        size = max(1, math.ceil(M / cfg.num_minibatches))
-        total = torch.zeros(S)
-        grad_norms = torch.zeros(S)
-        steps, stops = 0, {}
-        for order in orders:
-            for start in range(0, M, size):
-                idx = order[:, start : start + size].to(self.device)
-                pred_team, pred_ind = self.critic(take_rows(states, idx))
-                loss = value_loss(
-                    pred_team,
-                    take_rows(old_team, idx),
-                    take_rows(target_team, idx),
-                    value_clip=cfg.value_clip,
-                    runs=S,
-                ) + value_loss(
-                    pred_ind,
-                    take_rows(old_ind, idx),
-                    take_rows(target_ind, idx),
-                    value_clip=cfg.value_clip,
-                    mask=None if active is None else take_rows(active, idx),
-                    runs=S,
-                )
-                self.critic_views.zero_grad()
-                loss.sum().backward()
-                norms = self.step_seeds(self.critic_views, self.critic_opt, loss, "value", stops)
-                grad_norms += norms.cpu()
-                total += loss.detach().cpu()
-                steps += 1
-        metrics = {
-            "loss/value": total / max(steps, 1),
-            "value_grad_norm": grad_norms / max(steps, 1),
-            "explained_variance": torch.tensor(ev),
-        }
+        data = ValueTargets(
+            batch.state.reshape(S, M, -1),
+            batch.values_team.reshape(S, M, -1),
+            batch.values_individual.reshape(S, M, N, -1),
+            torch.stack(targets_team),
+            torch.stack(targets_ind),
+            None if batch.active is None else batch.active.reshape(S, M, N, 1),
+        )
+        training = [self.training(k) for k in range(S)]
+        metrics, stops = self.value_update.epochs_of_minibatches(data, orders, training)
+        metrics["explained_variance"] = torch.tensor(ev)
         return metrics, stops
 
     # -- the runs' own state ---------------------------------------------------------------
     def sync(self, k: int) -> MAPPO:
         """Seed k's run brought up to date with the stack (policy, critic, optimisers)."""
-        run = super().sync(k)
-        run.critic.load_state_dict(self.critic.seed_state_dict(k))
+        run = super().sync(k)  # its critic is seed k's slice of the stack already
         run.critic_opt.load_state_dict(self.critic_views.seed_state_dict(self.critic_opt, k))
         return run
 
@@ -279,20 +248,5 @@ class SeedMAPPO(SeedBatch):
     def load_seed_state(self, k: int, state: dict[str, Any], torch_rng: Tensor) -> None:
         super().load_seed_state(k, state, torch_rng)
         run = self.runs[k]
-        with torch.no_grad():
-            for view, p in zip(self.critic_views.per_seed[k], run.critic.parameters(), strict=True):
-                view.copy_(p)
         load_views_state(self.critic_opt, self.critic_views.per_seed[k], run.critic_opt)
         self.collector.load_seed_state_dict(k, state["collector"], vec=run.collector.vec)
-
-
-def _explained_variance(adv: MAPPOAdvantages) -> float:
-    """:meth:`MAPPO.update_critic`'s explained variance of one seed."""
-    return explained_variance(
-        torch.cat(
-            [adv.values_team.mean(-1).reshape(-1), adv.values_individual.mean(-1).reshape(-1)]
-        ),
-        torch.cat(
-            [adv.returns_team.mean(-1).reshape(-1), adv.returns_individual.mean(-1).reshape(-1)]
-        ),
-    )

@@ -5,16 +5,19 @@ is a whole single-seed algorithm object (``runs[k]``, a ``MAPPO`` or ``GRPO`` bu
 a single-seed run builds it: its config, env, whitener, ValueNorm, schedules, advantages and
 metrics are that run's own), and the expensive parts run for every seed at once on stacked
 modules with a leading seed axis (:mod:`marl.seed_policies`). :class:`SeedBatch` holds the
-runs, the stacked policy and its optimiser, and the policy update, which reads as
-:class:`marl.algos.ppo.PolicyUpdate`::
+runs and their policy update, :class:`marl.algos.ppo.PolicyUpdate` over all S policies: the
+update a single run trains with too (as a batch of one)::
 
     epochs of minibatches (each seed's permutation from its own generator):
         loss per seed [S]                   (ClipPPOObjective with a per-seed count)
         zero_grad; loss.sum().backward()    (seed k's parameters get d loss[k])
-        clip_grad_norm_per_seed_            (each seed by its own norm, never the stack's)
+        clip each seed by its own norm      (never the stack's)
         optimizer.step()                    (a stock Adam over per-seed views, one param
                                              group per seed: each seed's step count, moments
                                              and learning rate are its own)
+
+Each run's policy (``runs[k].policy``) is seed k's slice of the stack: its parameters are
+views of the stacked ones, so evaluating or checkpointing a run reads the stack.
 
 Independence: seed k's random draws come from its own generator, which continues where a
 single-seed run's global generator stands after building its modules; every batched operation
@@ -30,10 +33,8 @@ seed that has spent its budget (``done``) steps no more either.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -41,63 +42,10 @@ import torch
 from torch import Tensor, nn
 
 from marl.algos.base import Algorithm, ConfigError, resolve_algorithm
-from marl.algos.ppo import Minibatch, PPOLossConfig
+from marl.algos.ppo import PolicyUpdate, PPOLossConfig, SeedMinibatch, take_rows
 from marl.core.seed_batched import SeedViews, clip_grad_norm_per_seed_
-from marl.seed_policies import SeedMultiAgentPolicy
 
 __all__ = ["SeedBatch", "SeedMinibatch", "take_rows", "unsupported_with_seeds", "seeded_build"]
-
-
-@dataclass
-class SeedMinibatch(Minibatch):
-    """:class:`Minibatch` with a leading seed axis on every field: ``obs [S, B, P + L, n, D]``,
-    ``loss_mask [S, B, L]``, ``burn_in [S, B]``, the state a tuple of ``[S, B * n, ...]``.
-    :meth:`select` takes each seed's own units, ``idx [S, b]``."""
-
-    @property
-    def num_units(self) -> int:
-        return int(self.obs.shape[1])
-
-    @property
-    def n_agents(self) -> int:
-        return int(self.obs.shape[3])
-
-    @classmethod
-    def stack(cls, per_seed: Sequence[Minibatch]) -> SeedMinibatch:
-        """S single-seed minibatches of one shape -> one with the seed axis first."""
-
-        def stacked(name: str) -> Any:
-            values = [getattr(mb, name) for mb in per_seed]
-            if values[0] is None:
-                return None
-            if name == "state":
-                return tuple(torch.stack(parts) for parts in zip(*values, strict=True))
-            return torch.stack(values)
-
-        return cls(**{f.name: stacked(f.name) for f in fields(Minibatch)})
-
-    def select(self, idx: Tensor) -> SeedMinibatch:
-        """Seed s's units ``idx[s]`` (``idx [S, b]`` long) of every seed (one ``index_select``
-        of whole rows per field: the seed and unit axes flattened)."""
-        taken = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value is None:
-                taken[f.name] = None
-            elif f.name == "state":
-                n = self.n_agents
-                rows = (idx[..., None] * n + torch.arange(n, device=idx.device)).flatten(1)
-                taken[f.name] = tuple(take_rows(s, rows) for s in value)
-            else:
-                taken[f.name] = take_rows(value, idx)
-        return replace(self, **taken)
-
-
-def take_rows(x: Tensor, idx: Tensor) -> Tensor:
-    """``x [S, U, ...]`` at ``idx [S, b]`` along dim 1 -> ``[S, b, ...]`` (``x[s, idx[s]]``)."""
-    S, U = x.shape[:2]
-    flat = (idx + torch.arange(S, device=idx.device)[:, None] * U).reshape(-1)
-    return x.reshape(S * U, *x.shape[2:]).index_select(0, flat).reshape(S, -1, *x.shape[2:])
 
 
 def unsupported_with_seeds(cfg: Any, *, distributed: bool = False) -> list[str]:
@@ -119,8 +67,6 @@ def unsupported_with_seeds(cfg: Any, *, distributed: bool = False) -> list[str]:
         problems.append("torchrun: --seeds runs in one process (not distributed)")
     if getattr(cfg, "optimism_offset", None) is not None:
         problems.append("--optimism-offset: not batched over seeds (leave it unset)")
-    if getattr(cfg, "tbptt_chunk", None) is not None:
-        problems.append("--tbptt-chunk: not batched over seeds (leave it unset)")
     return problems
 
 
@@ -152,13 +98,6 @@ def ordered_views(stacked: nn.Module, names: dict[str, str], single: nn.Module) 
     by_single = {single_name: name for name, single_name in names.items()}
     params = dict(stacked.named_parameters())
     return SeedViews([params[by_single[name]] for name, _ in single.named_parameters()])
-
-
-def policy_names(policy: SeedMultiAgentPolicy) -> dict[str, str]:
-    """Stacked parameter name -> the ``MultiAgentPolicy``'s name."""
-    return {f"actors.{t}.{stacked}": f"actors.{t}.{single}"
-            for t, actor in policy.actors.items()
-            for stacked, single in actor.single_seed_names().items()}  # fmt: skip
 
 
 def per_seed_adam(views: SeedViews, lr: float) -> torch.optim.Adam:
@@ -209,13 +148,25 @@ class SeedBatch:
         self.generators = [generator for _, generator in built]
         first = self.runs[0]
         self.layout = first.layout
-        self.policy = SeedMultiAgentPolicy([r.policy for r in self.runs]).to(self.device)
-        self.policy_views = ordered_views(self.policy, policy_names(self.policy), first.policy)
-        self.policy_opt = per_seed_adam(self.policy_views, self.cfg.lr)
         # the runs' objective: its class and its hooks (GRPO's KL term, an algorithm's own
         # terms: docs/extending.md), shared by the seeds, so a hook holds no run's state
         objective = first.policy_update.objective
-        self.objective = type(objective)(extra_terms=objective.extra_terms)
+        #: the policy update of every seed at once: each run's policy becomes its slice of
+        #: the stack (``runs[k].policy`` reads the stack's parameters)
+        self.policy_update = PolicyUpdate(
+            [r.policy for r in self.runs],
+            lr=self.cfg.lr,
+            epochs=self.cfg.epochs,
+            num_minibatches=self.cfg.num_minibatches,
+            max_grad_norm=self.cfg.max_grad_norm,
+            objective=type(objective)(
+                tbptt_chunk=objective.tbptt_chunk, extra_terms=objective.extra_terms
+            ),
+        )
+        self.policy = self.policy_update.stack
+        self.policy_views = self.policy_update.views
+        self.policy_opt = self.policy_update.optimizer
+        self.objective = self.policy_update.objective
         #: the quantity that turned non-finite and stopped seed k (None: it trains)
         self.stopped: list[str | None] = [None] * len(self.runs)
         #: seeds that spent their budget (they step no more)
@@ -257,42 +208,11 @@ class SeedBatch:
     def policy_epochs(
         self, units: dict[str, SeedMinibatch], coefs: list[PPOLossConfig], orders: list[Tensor]
     ) -> tuple[dict[str, Tensor], dict[int, str]]:
-        """``epochs`` passes over every seed's minibatches (``orders[e] [S, U]``: seed s's
-        permutation of its units in epoch e; ``coefs[s]``: seed s's coefficients); returns
-        each metric's mean over the minibatches, ``[S]``, and the seeds that stopped."""
-        U = next(iter(units.values())).num_units
-        size = max(1, math.ceil(U / self.cfg.num_minibatches))
-        sums: dict[str, Tensor] = {}
-        steps, stops = 0, {}
-        for order in orders:
-            for start in range(0, U, size):
-                idx = order[:, start : start + size].to(self.device)
-                batch = {name: mb.select(idx) for name, mb in units.items()}
-                for key, value in self.policy_step(batch, coefs, stops).items():
-                    sums[key] = sums[key] + value if key in sums else value
-                steps += 1
-        return {key: value / max(steps, 1) for key, value in sums.items()}, stops
-
-    def policy_step(
-        self, batch: dict[str, SeedMinibatch], coefs: list[PPOLossConfig], stops: dict[int, str]
-    ) -> dict[str, Tensor]:
-        """One optimiser step of every seed on its minibatch; returns the metrics ``[S]``
-        (every term summed over the agent types, and ``grad_norm`` before clipping)."""
-        count = sum(mb.sample_mask().flatten(1).sum(1) for mb in batch.values())
-        count = count.clamp_min(1).float()  # [S]: each seed's denominator
-        coef = _stacked_coef(coefs, self.device)
-        self.policy_views.zero_grad()
-        terms = {}
-        loss = torch.zeros(self.num_seeds, device=self.device)
-        for name, mb in batch.items():
-            terms[name] = self.objective(self.policy.actors[name], mb, coef, count=count)
-            loss = loss + self.objective.total(terms[name])
-        loss.sum().backward()  # seed k's parameters receive d loss[k]
-        norms = self.step_seeds(self.policy_views, self.policy_opt, loss, "policy", stops)
-        keys = sorted({k for t in terms.values() for k in t} - set(self.objective.INTERMEDIATES))
-        metrics = {key: sum(t[key].detach() for t in terms.values() if key in t) for key in keys}
-        metrics["grad_norm"] = norms
-        return metrics
+        """Every training seed's policy epochs (:meth:`PolicyUpdate.epochs_of_minibatches`;
+        ``orders[e] [S, U]``: seed s's permutation of its units in epoch e); metrics ``[S]``
+        and the seeds that stopped."""
+        training = [self.training(k) for k in range(self.num_seeds)]
+        return self.policy_update.epochs_of_minibatches(units, coefs, orders, training)
 
     def step_seeds(
         self,
@@ -319,8 +239,7 @@ class SeedBatch:
     def sync(self, k: int) -> Any:
         """Seed k's run brought up to date with the stack (its policy and optimiser): a
         single-seed algorithm object to evaluate, checkpoint or plot."""
-        run = self.runs[k]
-        run.policy.load_state_dict(self.policy.seed_state_dict(k))
+        run = self.runs[k]  # its policy is seed k's slice of the stack already
         run.policy_update.optimizer.load_state_dict(
             self.policy_views.seed_state_dict(self.policy_opt, k)
         )
@@ -339,22 +258,8 @@ class SeedBatch:
         """Restore seed k from a single-seed checkpoint's ``algo`` state and its torch RNG
         state; the stack takes seed k's parameters and optimiser state from it."""
         run = self.runs[k]
-        run.load_state_dict(state)
-        with torch.no_grad():
-            for view, p in zip(self.policy_views.per_seed[k], run.policy.parameters(), strict=True):
-                view.copy_(p)
+        run.load_state_dict(state)  # its policy is seed k's slice of the stack
         load_views_state(
             self.policy_opt, self.policy_views.per_seed[k], run.policy_update.optimizer
         )
         self.generators[k].set_state(torch_rng)
-
-
-def _stacked_coef(coefs: list[PPOLossConfig], device: torch.device) -> PPOLossConfig:
-    """One :class:`PPOLossConfig` for the stack: the seeds share the clip settings; the
-    entropy coefficient (which may follow each seed's own schedule) as a ``[S]`` tensor when
-    the seeds' differ."""
-    first = coefs[0]
-    ent = [c.ent_coef for c in coefs]
-    if all(e == ent[0] for e in ent):
-        return first
-    return replace(first, ent_coef=torch.tensor(ent, device=device))

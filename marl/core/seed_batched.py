@@ -72,6 +72,7 @@ __all__ = [
     "SeedMLP",
     "SeedViews",
     "clip_grad_norm_per_seed_",
+    "clip_grads_per_seed_",
     "per_seed_grad_norm",
     "run_seed_mlp",
     "seed_group_key",
@@ -576,12 +577,29 @@ def clip_grad_norm_per_seed_(
     whose norm is NaN or inf gets NaN gradients and leaves the others untouched: pass
     ``torch.isfinite(norms)`` into the step mask (:meth:`SeedViews.attach_grads`).
     """
-    params = list(params)
-    norms = per_seed_grad_norm(params, norm_type)
+    grads, _ = _stacked_grads(params)
+    return clip_grads_per_seed_(grads, max_norm, norm_type)
+
+
+@torch.no_grad()
+def clip_grads_per_seed_(
+    grads: Sequence[Tensor], max_norm: float | None, norm_type: float = 2.0
+) -> Tensor:
+    """:func:`clip_grad_norm_per_seed_` on the gradients themselves (``grads``: ``[S, ...]``
+    each, clipped in place); returns the norms before clipping, ``[S]``."""
+    grads = list(grads)
+    if not grads:
+        raise ValueError("no gradients to clip (run backward first)")
+    num_seeds = grads[0].shape[0]
+    norm_type = float(norm_type)
+    per_grad = torch.stack(
+        [torch.linalg.vector_norm(g.reshape(num_seeds, -1), norm_type, dim=1) for g in grads]
+    )  # [P, S]
+    norms = torch.linalg.vector_norm(per_grad, norm_type, dim=0)
     if max_norm is None:
         return norms
     coef = (float(max_norm) / (norms + 1e-6)).clamp(max=1.0)  # [S]
-    for g in (p.grad for p in params if p.grad is not None):
+    for g in grads:
         g.mul_(coef.to(g.dtype).view(-1, *([1] * (g.dim() - 1))))
     return norms
 
