@@ -368,7 +368,7 @@ Printed (stdout; progress per run on stderr):
   reference, S=1 and the largest S <= 16.
 
 Refused up front (argparse errors): --seed/--seeds/--resume after --, and the options the
-batch cannot train (marl.algos.seeds.unsupported_with_seeds, e.g. --optimism-offset).
+batch cannot train (marl.algos.seeds.unsupported_with_seeds).
 
 torch runs --threads intra-op threads; numba's pool is sized to --threads unless
 NUMBA_NUM_THREADS is set (see the module docstring: python benchmarks/train_mappo.py -h).

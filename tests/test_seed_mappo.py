@@ -74,7 +74,8 @@ def test_seed_in_a_batch_equals_the_seed_alone_bit_for_bit(one_thread, backbone)
 
 
 @pytest.mark.parametrize(
-    ("backbone", "overrides"), [("mlp", {}), ("gru", {}), ("gru", {"tbptt_chunk": 2})]
+    ("backbone", "overrides"),
+    [("mlp", {}), ("gru", {}), ("gru", {"tbptt_chunk": 2}), ("mlp", {"optimism_offset": 0.5})],
 )
 def test_seed_in_a_batch_agrees_with_a_plain_single_seed_run(
     one_thread, backbone, overrides
@@ -82,7 +83,7 @@ def test_seed_in_a_batch_agrees_with_a_plain_single_seed_run(
     """A plain run is a batch of one of its own (its minibatch orders from the global
     generator, its policy its slice of its own stack); seed 1 of a batch of three agrees with
     it to float32 rounding over 3 updates (the stack's batched GEMMs see three seeds), also
-    with truncated BPTT."""
+    with truncated BPTT and with the optimism offset (each seed's own b)."""
     big, big_rows = train(backbone, [0, 1, 2], **overrides)
     plain, generator = seeded_build(MAPPO, make_cfg(backbone, 1, **overrides), torch.device("cpu"))
     torch.set_rng_state(generator.get_state())  # a plain run draws from the global generator
@@ -92,8 +93,13 @@ def test_seed_in_a_batch_agrees_with_a_plain_single_seed_run(
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)
     for p, q in zip(run.critic.parameters(), plain.critic.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)
+    keys = ["loss/policy", "loss/value", "grad_norm", "entropy", "adv/mean"]
+    if "optimism_offset" in overrides:
+        keys.append("optimism_offset")
+        assert float(run.offset.b) != 0.5  # it moved from its initial value
+        torch.testing.assert_close(run.offset.b, plain.offset.b, rtol=1e-4, atol=1e-6)
     for ours, ref in zip(big_rows, plain_rows, strict=True):
-        for key in ("loss/policy", "loss/value", "grad_norm", "entropy", "adv/mean"):
+        for key in keys:
             assert ours[1][key] == pytest.approx(ref[key], rel=1e-4, abs=1e-6), key
 
 
@@ -185,13 +191,16 @@ def test_cli_writes_a_complete_run_directory_per_seed_and_resumes_exactly(tmp_pa
     assert sorted(os.listdir(os.path.join(whole, "seed_3"))) == before
 
 
-def test_seeds_refuse_what_they_cannot_batch(tmp_path, capsys) -> None:
-    status = train_main(cli(str(tmp_path / "r"), "--seeds", "0-1", "--optimism-offset", "0.5"))
-    assert status == 2
-    assert "--optimism-offset" in capsys.readouterr().err
-    assert not os.path.exists(tmp_path / "r")
-    cfg = copy.copy(make_cfg("mlp"))
-    assert cfg.seed == 0
+def test_seeds_refuse_what_they_cannot_batch() -> None:
+    from marl.algos.seeds import unsupported_with_seeds
+
+    cfg = make_cfg("gru", optimism_offset=0.5, tbptt_chunk=2)
+    assert unsupported_with_seeds(cfg) == []  # both batch over seeds
+    problems = unsupported_with_seeds(cfg, distributed=True)
+    assert len(problems) == 1 and "torchrun" in problems[0]
+    bad = copy.copy(cfg)
+    bad.algo = "no_such_algorithm"
+    assert unsupported_with_seeds(bad)
 
 
 def test_a_stopped_seed_records_why_in_finished_json_and_compare_skips_it(

@@ -422,6 +422,8 @@ class SeedMinibatch(Minibatch):
 def take_rows(x: Tensor, idx: Tensor) -> Tensor:
     """``x [S, U, ...]`` at ``idx [S, b]`` along dim 1 -> ``[S, b, ...]`` (``x[s, idx[s]]``)."""
     S, U = x.shape[:2]
+    if S == 1:  # one run (the same rows, without the offsets)
+        return x[0].index_select(0, idx[0]).unsqueeze(0)
     flat = (idx + torch.arange(S, device=idx.device)[:, None] * U).reshape(-1)
     return x.reshape(S * U, *x.shape[2:]).index_select(0, flat).reshape(S, -1, *x.shape[2:])
 
@@ -466,6 +468,7 @@ class PolicyUpdate:
         num_minibatches: int,
         max_grad_norm: float | None,
         objective: ClipPPOObjective | None = None,
+        offsets: Sequence[OptimismOffset] | None = None,
         parallel: bool = False,
         ctx: DistContext | None = None,
     ) -> None:
@@ -473,25 +476,33 @@ class PolicyUpdate:
         self.num_runs = len(self.policies)
         self.ctx = ctx
         self.objective = ClipPPOObjective() if objective is None else objective
-        self.offset = self.objective.offset
         self.distributed = ctx is not None and ctx.enabled
-        if self.num_runs > 1 and (self.offset is not None or self.distributed):
-            raise ValueError(
-                "the optimism offset and distributed training update one run at a time "
-                f"(got {self.num_runs} runs)"
-            )
+        if self.num_runs > 1 and self.distributed:
+            raise ValueError(f"distributed training updates one run, got {self.num_runs}")
         self.epochs, self.num_minibatches = epochs, num_minibatches
         self.max_grad_norm = max_grad_norm
         #: the runs' policies stacked: ``[S, ...]`` parameters
         self.stack = SeedMultiAgentPolicy(self.policies)
-        self.views = _ordered_views(self.stack, self.policies[0])
-        for policy_k, views_k in zip(self.policies, self.views.per_seed, strict=True):
-            alias_parameters(policy_k, views_k)
-        offset = [] if self.offset is None else list(self.offset.parameters())
-        #: the optimizer's parameters: every run's policy (run-major), then the offset's
-        self.params = self.views.parameters() + offset
+        # the runs' optimism offsets (``offsets``, or one run's objective's), stacked as
+        # ``b [S]``: the objective then adds run s's to run s's advantages
+        if offsets is None and self.objective.offset is not None:
+            offsets = [self.objective.offset]
+        offsets = list(offsets or [])
+        if offsets and len(offsets) != self.num_runs:
+            raise ValueError(f"{len(offsets)} optimism offsets for {self.num_runs} runs")
+        #: run 0's own offset module (a single run's: its checkpoint and metric), or None
+        self.offset = offsets[0] if offsets else None
+        self.offset_stack = OptimismOffset.stack(offsets) if offsets else None
+        self.objective.offset = self.offset_stack
+        self.views = _ordered_views(self.stack, self.policies[0], self.offset_stack)
+        n_policy = len(self.views.stacked) - (1 if offsets else 0)
+        for k, views_k in enumerate(self.views.per_seed):
+            alias_parameters(self.policies[k], views_k[:n_policy])
+            if offsets:  # run k's offset is its entry of the stacked one
+                alias_parameters(offsets[k], views_k[n_policy:])
+        #: the optimizer's parameters: every run's policy and offset (run-major)
+        self.params = self.views.parameters()
         groups = [{"params": list(views_k)} for views_k in self.views.per_seed]
-        groups[0]["params"] += offset
         # a stock Adam; fused=True: torch's one-kernel step (the maths of its default
         # per-tensor loop, in fewer operations for these many small tensors)
         self.optimizer = torch.optim.Adam(groups, lr=lr, eps=1e-5, fused=True)
@@ -609,19 +620,17 @@ class PolicyUpdate:
         count = n_valid.clamp_min(1).float()  # each run's denominator of every term
         coef = _stacked_coef(coefs, count.device)
         self.views.zero_grad()
-        if self.offset is not None:
-            self.offset.zero_grad(set_to_none=True)
         terms = self.loss_and_backward(batch, coef, count)
         loss = sum(self.objective.total(t).detach() for t in terms.values())  # [S]
-        if self.offset is not None:
-            advantages = torch.cat([mb.advantages.reshape(-1) for mb in batch.values()])
-            mask = torch.cat([mb.sample_mask().reshape(-1) for mb in batch.values()])
-            self.offset.loss(advantages, mask).backward()
+        if self.offset_stack is not None:  # each run's offset toward its advantages' mean
+            S = self.num_runs
+            advantages = torch.cat([mb.advantages.reshape(S, -1) for mb in batch.values()], 1)
+            mask = torch.cat([mb.sample_mask().reshape(S, -1) for mb in batch.values()], 1)
+            self.offset_stack.loss(advantages, mask).sum().backward()
         if self.distributed:
             # each rank's loss is a mean over its own samples: the mean weighted by the
             # sample counts is the gradient of the mean over the concatenated batch
-            average_gradients(self.views.stacked + self._offset_params(), self.ctx,
-                              weight=float(n_valid[0]))  # fmt: skip
+            average_gradients(self.views.stacked, self.ctx, weight=float(n_valid[0]))
         grad_norm = self.clip_gradients()  # [S]: each run by its own norm
         finite = (torch.isfinite(loss) & torch.isfinite(grad_norm)).cpu()
         steps = []
@@ -630,8 +639,6 @@ class PolicyUpdate:
                 stops[k] = ("loss" if not torch.isfinite(loss[k]) else "grad_norm") + " (policy)"
             steps.append((training is None or training[k]) and k not in stops)
         self.views.attach_grads(steps)
-        if self.offset is not None and not steps[0]:
-            self.offset.zero_grad(set_to_none=True)
         self.optimizer.step()
         keys = sorted({k for t in terms.values() for k in t} - set(self.objective.INTERMEDIATES))
         metrics = {key: sum(t[key].detach() for t in terms.values() if key in t) for key in keys}
@@ -652,25 +659,25 @@ class PolicyUpdate:
         return path(self.objective, self.stack.actors, batch, coef, count)
 
     def clip_gradients(self) -> Tensor:
-        """Clip each run's gradients (the offset's with run 0's) by the run's own total norm,
+        """Clip each run's gradients (its policy's and offset's) by the run's own total norm,
         as ``torch.nn.utils.clip_grad_norm_`` on that run alone; the norms ``[S]`` before."""
         grads = [p.grad for p in self.views.stacked if p.grad is not None]
-        grads += [p.grad.reshape(1) for p in self._offset_params() if p.grad is not None]
         return clip_grads_per_seed_(grads, self.max_grad_norm)
 
-    def _offset_params(self) -> list[nn.Parameter]:
-        return [] if self.offset is None else list(self.offset.parameters())
 
-
-def _ordered_views(stack: nn.Module, single: MultiAgentPolicy) -> SeedViews:
+def _ordered_views(
+    stack: nn.Module, single: MultiAgentPolicy, offset: OptimismOffset | None = None
+) -> SeedViews:
     """:class:`SeedViews` over ``stack``'s parameters in the order of a single run's
-    ``single.named_parameters()``, so that run k's views line up with its own policy."""
+    ``single.named_parameters()`` (then the stacked offset's ``b [S]``, if any), so that run
+    k's views line up with its own policy's parameters (and its offset)."""
     names = {f"actors.{t}.{stacked}": f"actors.{t}.{one}"
              for t, actor in stack.actors.items()
              for stacked, one in actor.single_seed_names().items()}  # fmt: skip
     by_single = {one: name for name, one in names.items()}
     params = dict(stack.named_parameters())
-    return SeedViews([params[by_single[name]] for name, _ in single.named_parameters()])
+    ordered = [params[by_single[name]] for name, _ in single.named_parameters()]
+    return SeedViews(ordered + ([] if offset is None else [offset.b]))
 
 
 def _stacked_coef(coefs: Sequence[PPOLossConfig], device: torch.device) -> PPOLossConfig:

@@ -170,6 +170,8 @@ class SeedGRPO(SeedBatch):
             row = metrics[k]
             row.update({key: float(v[k]) for key, v in policy_metrics.items()})
             row["lr"] = rates[k]
+            if self.runs[k].offset is not None:
+                row["optimism_offset"] = float(self.runs[k].offset.b.detach())
             row["ent_coef"] = float(coefs[k].ent_coef)
             if batch.episodes:
                 for key in batch.episodes[0]:

@@ -24,9 +24,9 @@ critic's values, ValueNorm and the value loss are per seed like everything else.
 
 The policy epochs are :class:`marl.algos.ppo.PolicyUpdate`'s and the value epochs
 :class:`marl.algos.value_update.ValueUpdate`'s: the same update a single run (a batch of one)
-trains with. Not batched over seeds: distributed training (torchrun) and the optimism offset
-are refused with ``--seeds``; ``parallel_update`` runs the value epochs beside the policy
-epochs (the agent types' actors run in turn).
+trains with. Not batched over seeds: distributed training (torchrun) is refused with
+``--seeds``; ``parallel_update`` runs the value epochs beside the policy epochs (the agent
+types' actors run in turn).
 """
 
 from __future__ import annotations
@@ -169,6 +169,8 @@ class SeedMAPPO(SeedBatch):
             row.update({key: float(v[k]) for key, v in policy_metrics.items()})
             row.update({key: float(v[k]) for key, v in value_metrics.items()})
             row["lr"] = rates[k]
+            if self.runs[k].offset is not None:
+                row["optimism_offset"] = float(self.runs[k].offset.b.detach())
             row["ent_coef"] = float(coefs[k].ent_coef)
             episodes = batch.episodes[k]
             if episodes:

@@ -65,8 +65,6 @@ def unsupported_with_seeds(cfg: Any, *, distributed: bool = False) -> list[str]:
         )
     if distributed:
         problems.append("torchrun: --seeds runs in one process (not distributed)")
-    if getattr(cfg, "optimism_offset", None) is not None:
-        problems.append("--optimism-offset: not batched over seeds (leave it unset)")
     return problems
 
 
@@ -162,6 +160,7 @@ class SeedBatch:
             objective=type(objective)(
                 tbptt_chunk=objective.tbptt_chunk, extra_terms=objective.extra_terms
             ),
+            offsets=None if first.offset is None else [r.offset for r in self.runs],
         )
         self.policy = self.policy_update.stack
         self.policy_views = self.policy_update.views

@@ -7,6 +7,8 @@ samples only. Shapes are arbitrary but equal (``[...]``) unless stated otherwise
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor, nn
 
@@ -272,17 +274,39 @@ class OptimismOffset(nn.Module):
     ``forward(A)`` returns ``A + b`` with ``b`` detached (the policy gradient does not move
     ``b``); ``loss(A)`` is ``mean(A.detach() + b)^2``, whose minimiser is ``b = -mean(A)``: the
     offset anneals from its initial value to the data's zero point.
+
+    ``init`` a number: one run's offset (``b`` a scalar). A 1-D tensor ``[S]``: the offsets
+    of S runs stacked (:meth:`stack`); the advantages then carry a leading run axis ``[S,
+    ...]``, run s's get ``b[s]``, and ``loss`` is ``[S]``, each run's own.
     """
 
-    def __init__(self, init: float = 0.5) -> None:
+    def __init__(self, init: float | Tensor = 0.5) -> None:
         super().__init__()
-        self.b = nn.Parameter(torch.tensor(float(init)))
+        b = init.detach().clone().float() if isinstance(init, Tensor) else torch.tensor(float(init))
+        if b.dim() > 1:
+            raise ValueError(f"init must be a number or a 1-D tensor of runs, got {list(b.shape)}")
+        self.b = nn.Parameter(b)
+
+    @classmethod
+    def stack(cls, offsets: Sequence[OptimismOffset]) -> OptimismOffset:
+        """S one-run offsets -> one with ``b [S]`` (values copied)."""
+        return cls(torch.stack([o.b.detach() for o in offsets])).to(offsets[0].b.device)
+
+    def _per_run(self, b: Tensor, like: Tensor) -> Tensor:
+        return b if b.dim() == 0 else b.view(-1, *([1] * (like.dim() - 1)))
 
     def forward(self, advantages: Tensor) -> Tensor:
-        return advantages + self.b.detach()
+        return advantages + self._per_run(self.b.detach(), advantages)
 
     def loss(self, advantages: Tensor, mask: Tensor | None = None) -> Tensor:
-        return masked_mean(advantages.detach() + self.b, mask) ** 2
+        if self.b.dim() == 0:
+            return masked_mean(advantages.detach() + self.b, mask) ** 2
+        S = self.b.shape[0]
+        shifted = (advantages.detach() + self._per_run(self.b, advantages)).reshape(S, -1)
+        if mask is None:
+            return shifted.mean(1) ** 2
+        m = mask.reshape(S, -1).to(shifted.dtype)
+        return ((shifted * m).sum(1) / m.sum(1).clamp_min(1.0)) ** 2
 
 
 def linear_schedule(start: float, end: float | None, progress: float) -> float:

@@ -668,6 +668,8 @@ class SeedViews:
         optimiser state)."""
         if step_mask is None:
             active = [True] * self.num_seeds
+        elif isinstance(step_mask, (list, tuple)):
+            active = [bool(v) for v in step_mask]
         else:
             active = [bool(v) for v in torch.as_tensor(step_mask).reshape(-1).tolist()]
             if len(active) != self.num_seeds:
