@@ -122,6 +122,28 @@ def test_optimism_offset_shifts_and_learns_the_zero_point():
     assert not off(adv).requires_grad
 
 
+def test_stacked_optimism_offsets_are_each_runs_own():
+    """b [S]: run s's advantages get b[s], and the loss is each run's masked mean, squared
+    (the same numbers as S one-run offsets, hand-computed for run 1)."""
+    runs = [OptimismOffset(v) for v in (0.5, -0.25, 1.0)]
+    stacked = OptimismOffset.stack(runs)
+    assert stacked.b.shape == (3,)
+    g = torch.Generator().manual_seed(0)
+    adv = torch.randn(3, 4, 5, generator=g)
+    mask = torch.rand(3, 4, 5, generator=g) > 0.4
+    out = stacked(adv)
+    loss = stacked.loss(adv, mask)
+    assert loss.shape == (3,)
+    for s, one in enumerate(runs):
+        torch.testing.assert_close(out[s], one(adv[s]))
+        torch.testing.assert_close(loss[s], one.loss(adv[s], mask[s]))
+    kept = adv[1][mask[1]].double()
+    assert float(loss[1]) == pytest.approx(float((kept - 0.25).mean() ** 2), rel=1e-5)
+    loss.sum().backward()  # run s's term moves b[s] alone
+    expected = 2 * ((adv[1][mask[1]] - 0.25).mean())
+    assert float(stacked.b.grad[1]) == pytest.approx(float(expected), rel=1e-5)
+
+
 def test_small_helpers():
     assert float(masked_mean(torch.tensor([1.0, 3.0, 100.0]), torch.tensor([1, 1, 0]).bool())) == 2
     assert linear_schedule(0.01, 0.0, 0.5) == pytest.approx(0.005)
