@@ -365,7 +365,11 @@ Printed (stdout; progress per run on stderr):
   the rounds' back-to-back pairs, wall and cpu; target >= 0.9);
   phase profile: seconds per iteration in the rollout (time/collect_s), the update
   (time/update_s) and the rest, mean over the timed iterations, for the single-seed
-  reference, S=1 and the largest S <= 16.
+  reference, S=1 and the largest S <= 16;
+  with --profile, what bounds it: one more iteration of the reference and of that S under
+  torch.profiler, split into env steps, rollout forwards, update GEMMs, optimizer and the rest
+  (Python and small operators), the GEMMs against their compute floor (their FLOPs at this
+  process's measured GEMM rate).
 
 Refused up front (argparse errors): --seed/--seeds/--resume after --, and the options the
 batch cannot train (marl.algos.seeds.unsupported_with_seeds).
@@ -476,7 +480,13 @@ def _seeds_child(args: argparse.Namespace) -> None:
         update += row.get("time/update_s", float("nan"))
     n_agents = algo.layout.n_agents
     steps = env_steps * n_agents
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before any profile
+    profiled = None
+    if args.profile:
+        vecs = [algo.vec] if args.child == _REFERENCE else [r.vec for r in algo.runs]
+        profiled = _profile_iteration(algo, iteration, vecs, args.updates / planned)
     out = {
+        "profile": profiled,
         "run": args.child,
         "S": S,
         "algo": algorithm.__name__,
@@ -488,7 +498,7 @@ def _seeds_child(args: argparse.Namespace) -> None:
         "collect_s": collect / args.updates,
         "update_s": update / args.updates,
         "rss_built_mib": built,
-        "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_mib": rss,
         "E": cfg.num_envs,
         "T": getattr(cfg, "rollout_steps", None),
         "group_size": getattr(cfg, "group_size", None),
@@ -501,10 +511,93 @@ def _seeds_child(args: argparse.Namespace) -> None:
     print(json.dumps(out), flush=True)
 
 
-def _run_seeds_child(args: argparse.Namespace, run: str) -> dict:
+#: the GEMM operators (forward and backward) whose time and FLOPs the profile counts
+_GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+def _gemm_rate(size: int = 256, repeats: int = 200) -> float:
+    """This process's measured float32 GEMM rate (FLOP/s) on ``size``-square matrices."""
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b  # warm-up
+    t = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * size**3 * repeats / (time.perf_counter() - t)
+
+
+def _profile_iteration(algo, iteration, vecs, progress: float) -> dict:
+    """One more iteration under ``torch.profiler`` (which adds overhead: read the shares):
+    seconds in the envs' ``step`` (timed around each vec), the rollout's forwards (the rest
+    of the collection), and in the update its GEMMs, its optimizer steps and the rest
+    (Python and the other small operators); each GEMM phase's compute floor is its FLOPs at
+    this process's measured GEMM rate (:func:`_gemm_rate`)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    env = [0.0]
+
+    def timed(step):
+        def run(*a, **k):
+            t = time.perf_counter()
+            try:
+                return step(*a, **k)
+            finally:
+                env[0] += time.perf_counter() - t
+
+        return run
+
+    for vec in vecs:
+        vec.step = timed(vec.step)
+    update = algo.update
+
+    def marked(*a, **k):
+        with record_function("bench:update"):
+            return update(*a, **k)
+
+    algo.update = marked
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+        t = time.perf_counter()
+        iteration(progress)
+        wall = time.perf_counter() - t
+    algo.update = update
+    for vec in vecs:
+        del vec.step  # the class's method again
+    events = list(prof.events())
+    mark = next(e for e in events if e.name == "bench:update")
+    lo, hi = mark.time_range.start, mark.time_range.end
+
+    def inside(e) -> bool:
+        return lo <= e.time_range.start and e.time_range.end <= hi
+
+    gemms = [e for e in events if e.name in _GEMMS]
+    rate = _gemm_rate()
+    update_s = (hi - lo) / 1e6
+    gemm_s = sum(e.self_cpu_time_total for e in gemms if inside(e)) / 1e6
+    optimizer_s = (
+        sum(e.cpu_time_total for e in events if e.name.startswith("Optimizer.step") and inside(e))
+        / 1e6
+    )
+    collect_s = wall - update_s
+    return {
+        "wall_s": wall,
+        "env_s": env[0],
+        "rollout_forward_s": collect_s - env[0],
+        "rollout_gemm_floor_s": sum(e.flops or 0 for e in gemms if not inside(e)) / rate,
+        "update_s": update_s,
+        "update_gemm_s": gemm_s,
+        "update_gemm_floor_s": sum(e.flops or 0 for e in gemms if inside(e)) / rate,
+        "optimizer_s": optimizer_s,
+        "update_other_s": update_s - gemm_s - optimizer_s,
+        "gemm_gflops": rate / 1e9,
+    }
+
+
+def _run_seeds_child(args: argparse.Namespace, run: str, profile: bool = False) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "seeds", "--child", run,
            "--backbone", args.backbone, "--updates", str(args.updates),
-           "--threads", str(args.threads), "--", *args.extra]  # fmt: skip
+           "--threads", str(args.threads), *(["--profile"] if profile else []),
+           "--", *args.extra]  # fmt: skip
     t = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:
@@ -527,6 +620,7 @@ def seeds(args: argparse.Namespace) -> None:
     today's single-seed trainer back to back with S=1 in every round."""
     sizes = sorted(set(args.sizes) | {1})  # S=1 is the reference of the ratios
     runs = [_REFERENCE, *(str(s) for s in sizes)]
+    profiled = max(s for s in sizes if s <= 16)
     rows: dict[str, list[dict]] = {run: [] for run in runs}
     for round_ in range(args.rounds):
         # even rounds small to large, odd rounds large to small: the reference and S=1
@@ -534,7 +628,8 @@ def seeds(args: argparse.Namespace) -> None:
         order = runs if round_ % 2 == 0 else runs[::-1]
         print(f"round {round_ + 1}/{args.rounds}:", file=sys.stderr, flush=True)
         for run in order:
-            rows[run].append(_run_seeds_child(args, run))
+            profile = args.profile and round_ == 0 and run in (_REFERENCE, str(profiled))
+            rows[run].append(_run_seeds_child(args, run, profile))
 
     def med(run: str, key: str) -> float:
         return _median([r[key] for r in rows[run]])
@@ -583,7 +678,6 @@ def seeds(args: argparse.Namespace) -> None:
         f"{_median(paired_cpu):.3f} cpu (median of the rounds' back-to-back pairs; "
         f"target >= 0.9)"
     )
-    profiled = max(s for s in sizes if s <= 16)
     print(
         f"\nphase profile: seconds per iteration (time/collect_s, time/update_s of the "
         f"metrics), mean over the timed iterations, median over the rounds; S={profiled} is "
@@ -600,6 +694,35 @@ def seeds(args: argparse.Namespace) -> None:
         print(
             f"{label:<18}{it:>10.3f}{co:>9.3f}{up:>9.3f}{it - co - up:>8.3f}"
             f"{co / it:>10.0%}{up / it:>9.0%}{co / S:>14.4f}{up / S:>13.4f}"
+        )
+    if args.profile:
+        _print_bounds(rows, profiled, single)
+
+
+def _print_bounds(rows: dict[str, list[dict]], profiled: int, single: str) -> None:
+    """What bounds the profiled runs: each phase's share of one profiled iteration, and the
+    GEMM phases against their compute floor."""
+    first = rows[str(profiled)][0]["profile"]
+    print(
+        f"\nwhat bounds it (--profile: one more iteration under torch.profiler, round 1; "
+        f"shares of that iteration; floor = the phase's GEMM FLOPs at the measured "
+        f"{first['gemm_gflops']:.1f} GFLOP/s of a 256^3 float32 GEMM)"
+    )
+    print(
+        f"{'run':<18}{'env':>7}{'rollout fwd':>13}{'upd GEMM':>10}{'optimizer':>11}"
+        f"{'upd other':>11}{'upd GEMM / floor':>18}{'rollout floor%':>16}"
+    )
+    for run in dict.fromkeys([_REFERENCE, str(profiled)]):
+        p = rows[run][0]["profile"]
+        w = p["wall_s"]
+        label = single if run == _REFERENCE else f"S={run}"
+        floor = p["update_gemm_floor_s"]
+        print(
+            f"{label:<18}{p['env_s'] / w:>7.0%}{p['rollout_forward_s'] / w:>13.0%}"
+            f"{p['update_gemm_s'] / w:>10.0%}{p['optimizer_s'] / w:>11.0%}"
+            f"{p['update_other_s'] / w:>11.0%}"
+            f"{(p['update_gemm_s'] / floor if floor else float('nan')):>17.1f}x"
+            f"{p['rollout_gemm_floor_s'] / w:>16.1%}"
         )
 
 
@@ -763,6 +886,13 @@ def main() -> None:
         type=_positive_int,
         default=1,
         help="torch intra-op threads and numba's pool size (default: 1)",
+    )
+    sp.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile one more iteration of the single-seed reference and of the largest "
+        "S <= 16 (round 1) under torch.profiler: the shares of env, rollout forwards, update "
+        "GEMMs, optimizer and the rest, and the GEMMs against their compute floor",
     )
     sp.add_argument("--child", default=None, help=argparse.SUPPRESS)
     sp.add_argument(

@@ -31,11 +31,11 @@ def _number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-def _check_table(extra: list[str], batch: str, single: str) -> str:
-    """Runs ``seeds --sizes 1 2`` with the train flags ``extra`` and checks the output's
-    structure; returns stdout."""
+def _check_table(extra: list[str], batch: str, single: str, *options: str) -> str:
+    """Runs ``seeds --sizes 1 2`` (and ``options``) with the train flags ``extra`` and checks
+    the output's structure; returns stdout."""
     cmd = [sys.executable, SCRIPT, "seeds", "--sizes", "1", "2", "--updates", "1",
-           "--rounds", "1", "--", *extra]  # fmt: skip
+           "--rounds", "1", *options, "--", *extra]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
@@ -57,12 +57,14 @@ def _check_table(extra: list[str], batch: str, single: str) -> str:
     ratio = re.search(rf"ratio S=1 new / {single}: ([\d.]+) wall, ([\d.]+) cpu", text)
     assert ratio and float(ratio.group(1)) > 0 and float(ratio.group(2)) > 0
     assert "S=2 is the largest S <= 16" in text
-    profile = {line.split()[0]: line.split() for line in lines if line.startswith("S=")}
+    end = next((i for i, line in enumerate(lines) if line.startswith("what bounds")), len(lines))
+    profile = {line.split()[0]: line.split() for line in lines[:end] if line.startswith("S=")}
     for label in ("S=1", "S=2"):
         figures = [float(x.rstrip("%")) for x in profile[label][1:]]
         assert len(figures) == 8 and figures[0] > 0 and figures[2] > 0, profile[label]
     assert any(line.startswith(single) for line in lines[start:])  # its profile row
-    assert out.stderr.count("agent-steps/s") == 3  # progress: the reference, S=1, S=2
+    if "--profile" not in options:  # the profile's rows start with S= and the single's name
+        assert out.stderr.count("agent-steps/s") == 3  # progress: the reference, S=1, S=2
     assert f"  {single}" in out.stderr
     return text
 
@@ -71,6 +73,22 @@ def _check_table(extra: list[str], batch: str, single: str) -> str:
 def test_seeds_prints_one_row_per_size_with_positive_figures() -> None:
     text = _check_table(TINY, "SeedMAPPO", "single-seed MAPPO")
     assert "E=2 T=8 agents=" in text
+
+
+@pytest.mark.slow  # a benchmark script's own check (about 30 s): the slow tier
+def test_seeds_profile_splits_an_iteration_into_phases_against_a_compute_floor() -> None:
+    text = _check_table(TINY, "SeedMAPPO", "single-seed MAPPO", "--profile")
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("what bounds it"))
+    assert re.search(r"measured [\d.]+ GFLOP/s", lines[start])
+    rows = {line.split()[0]: line for line in lines[start + 2 :] if line.strip()}
+    for label in ("single-seed", "S=2"):
+        shares = [float(x) for x in re.findall(r"(-?[\d.]+)%", rows[label])]
+        assert len(shares) == 6, rows[label]
+        # env + rollout forwards + update GEMMs + optimizer + the rest: the whole iteration
+        assert sum(shares[:5]) == pytest.approx(100, abs=3), rows[label]
+        assert all(x >= 0 for x in shares[:4]) and shares[1] > 0 and shares[2] > 0
+        assert float(re.search(r"([\d.]+)x", rows[label]).group(1)) > 0  # GEMM / its floor
 
 
 @pytest.mark.slow  # a benchmark script's own check (about 25 s): the slow tier
