@@ -30,8 +30,12 @@ import os
 import sys
 from collections.abc import Callable
 
-from marl.experiments import significance, stats
-from marl.run.evaluate import evaluate_policy, load_run_policy
+# the repository first: run as `python benchmarks/diversity_websearch.py`, this folder leads
+# sys.path, and its seqmodels.py (a benchmark) would shadow the seqmodels package
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from marl.experiments import significance, stats  # noqa: E402
+from marl.run.evaluate import evaluate_policy, load_run_policy  # noqa: E402
 
 CONDITIONS = ("greedy", "sampled", "matched")
 

@@ -36,3 +36,15 @@ def test_missing_arm_is_an_error(script, tmp_path, capsys) -> None:
     (tmp_path / "runs" / "calibrated").mkdir(parents=True)
     assert script.main([str(tmp_path)]) == 2
     assert "no runs of 'baseline'" in capsys.readouterr().err
+
+
+def test_the_script_runs_as_documented() -> None:
+    """``python benchmarks/diversity_websearch.py``: its folder leads sys.path there, and the
+    benchmark seqmodels.py must not shadow the seqmodels package."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(PATH), "--help"], capture_output=True, text=True,
+                         cwd=PATH.parents[1], timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "--variant" in out.stdout and "--baseline" in out.stdout
