@@ -70,7 +70,6 @@ __all__ = [
     "PolicyUpdate",
     "SeedMinibatch",
     "alias_parameters",
-    "minibatch_indices",
     "take_rows",
     "stack_windows",
     "window_plan",
@@ -356,14 +355,6 @@ def types_side_by_side(inner: LossAndBackward) -> LossAndBackward:
         return {name: result[name] for name, result in zip(names, results, strict=True)}
 
     return run
-
-
-def minibatch_indices(num_units: int, num_minibatches: int) -> list[Tensor]:
-    """A random permutation of the units cut into ``num_minibatches`` (the last may be
-    smaller), drawn from torch's global generator."""
-    size = max(1, math.ceil(num_units / num_minibatches))
-    perm = torch.randperm(num_units)
-    return [perm[start : start + size] for start in range(0, num_units, size)]
 
 
 @dataclass

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from marl.algos.base import Algorithm, ConfigError, resolve_algorithm
 from marl.algos.ppo import PolicyUpdate, PPOLossConfig, SeedMinibatch, take_rows
@@ -87,22 +87,6 @@ def seeded_build(
         np.random.set_state(states[1])
         torch.set_rng_state(states[2])
     return run, generator
-
-
-def ordered_views(stacked: nn.Module, names: dict[str, str], single: nn.Module) -> SeedViews:
-    """:class:`SeedViews` over ``stacked``'s parameters in the order of the single-seed module
-    ``single``'s parameters (``names``: stacked name -> single-seed name), so that seed k's
-    views line up with a single-seed run's optimizer parameters."""
-    by_single = {single_name: name for name, single_name in names.items()}
-    params = dict(stacked.named_parameters())
-    return SeedViews([params[by_single[name]] for name, _ in single.named_parameters()])
-
-
-def per_seed_adam(views: SeedViews, lr: float) -> torch.optim.Adam:
-    """A stock Adam (``eps=1e-5``, fused, as the single-seed update's) with one param group
-    per seed: each seed's own learning rate and state."""
-    groups = [{"params": list(seed_views)} for seed_views in views.per_seed]
-    return torch.optim.Adam(groups, lr=lr, eps=1e-5, fused=True)
 
 
 def load_views_state(
