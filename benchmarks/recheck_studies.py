@@ -8,8 +8,9 @@ For every study: its comparisons of each variant with the reference on one prima
 by seed on the seeds both variants finished), Holm-adjusted over the study's comparisons, and
 the verdict of the rule (``marl.experiments.significance.decide``: shown only when p_holm <
 0.05 and the bootstrap CI of P(improvement), as published, agrees). It prints one markdown
-table per study. The per-seed values come from summary.json's ``metrics[...]["values"]`` and
-``["seeds"]``; nothing is retrained.
+table per study, with each difference of means and its bootstrap CI as published. The
+per-seed values come from summary.json's ``metrics[...]["values"]`` and ``["seeds"]``;
+nothing is retrained.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def recheck(path: str, metric: str, reference: str | None = None) -> tuple[str, 
                 "poi": poi.get("value"),
                 "ci": poi.get("ci"),
                 "diff": (poi.get("mean_difference") or {}).get("value"),
+                "diff_ci": (poi.get("mean_difference") or {}).get("ci"),
             }
         )
     for row, p_holm in zip(rows, significance.holm([r["p"] for r in rows]), strict=True):
@@ -86,12 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         if not rows:
             print(f"(no comparison on {args.metric})")
             continue
-        print("| variant | vs | runs | P(improvement) [CI] | diff | p | p_holm | verdict |")
+        print("| variant | vs | runs | P(improvement) [CI] | diff [CI] | p | p_holm | verdict |")
         print("|---|---|---|---|---|---|---|---|")
         for r in rows:
             ci = "" if r["ci"] is None else f" [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]"
             poi = "n/a" if r["poi"] is None else f"{r['poi']:.2f}{ci}"
             diff = "n/a" if r["diff"] is None else f"{r['diff']:+.3f}"
+            if r["diff"] is not None and r["diff_ci"] is not None:
+                diff += f" [{r['diff_ci'][0]:+.3f}, {r['diff_ci'][1]:+.3f}]"
             p = "n/a" if r["p"] is None else f"{r['p']:.3g}"
             ph = "n/a" if r["p_holm"] is None else f"{r['p_holm']:.3g}"
             verdict = f"**shown {r['direction']}**" if r["shown"] else "nothing shown"
