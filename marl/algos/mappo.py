@@ -296,14 +296,7 @@ class MAPPO(Algorithm):
             objective_class=self.objective_class,
         )
         self.offset = self.policy_update.offset
-        self.value_update = ValueUpdate(
-            self.critic,
-            lr=cfg.resolved_critic_lr,
-            num_minibatches=cfg.num_minibatches,
-            max_grad_norm=cfg.max_grad_norm,
-            value_clip=cfg.value_clip,
-            ctx=ctx,
-        )
+        self.value_update = ValueUpdate.from_config(self.critic, cfg, ctx=ctx)
         self.critic_opt = self.value_update.optimizer
         self.value_norm_team = self.value_norm_ind = None
         if cfg.value_norm:

@@ -105,13 +105,14 @@ class Minibatch:
     #: marl.adapters' ``active`` info); None: every agent of a loss step counts
     agent_mask: Tensor | None = None
 
+    # counted from the end of obs's shape, so a leading run axis (SeedMinibatch) changes nothing
     @property
     def num_units(self) -> int:
-        return int(self.obs.shape[0])
+        return int(self.obs.shape[-4])
 
     @property
     def n_agents(self) -> int:
-        return int(self.obs.shape[2])
+        return int(self.obs.shape[-2])
 
     def sample_mask(self) -> Tensor:
         """``[B, L, n]`` bool: the (step, agent) samples that enter the loss."""
@@ -362,14 +363,6 @@ class SeedMinibatch(Minibatch):
     """:class:`Minibatch` of S runs: a leading run axis on every field (``obs [S, B, P + L,
     n, D]``, ``loss_mask [S, B, L]``, ``burn_in [S, B]``, the state a tuple of ``[S, B * n,
     ...]``). :meth:`select` takes each run's own units, ``idx [S, b]``."""
-
-    @property
-    def num_units(self) -> int:
-        return int(self.obs.shape[1])
-
-    @property
-    def n_agents(self) -> int:
-        return int(self.obs.shape[3])
 
     @classmethod
     def stack(cls, per_run: Sequence[Minibatch]) -> SeedMinibatch:

@@ -67,13 +67,7 @@ class SeedMAPPO(SeedBatch):
     ) -> None:
         super().__init__(algorithm, cfgs, device)
         #: the value update of every seed at once (each run's critic is its slice)
-        self.value_update = ValueUpdate(
-            [r.critic for r in self.runs],
-            lr=self.cfg.resolved_critic_lr,
-            num_minibatches=self.cfg.num_minibatches,
-            max_grad_norm=self.cfg.max_grad_norm,
-            value_clip=self.cfg.value_clip,
-        )
+        self.value_update = ValueUpdate.from_config([r.critic for r in self.runs], self.cfg)
         self.critic = self.value_update.stack
         self.critic_views = self.value_update.views
         self.critic_opt = self.value_update.optimizer

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -89,6 +90,25 @@ class ValueUpdate:
             alias_parameters(critic_k, views_k)  # run k's critic is its slice of the stack
         groups = [{"params": list(views_k)} for views_k in self.views.per_seed]
         self.optimizer = torch.optim.Adam(groups, lr=lr, eps=1e-5, fused=True)
+
+    @classmethod
+    def from_config(
+        cls,
+        critic: CentralCritic | Sequence[CentralCritic],
+        cfg: Any,
+        *,
+        ctx: DistContext | None = None,
+    ) -> ValueUpdate:
+        """The value update a MAPPO config asks for: the critic's learning rate, the
+        minibatches, the gradient clip and the value clip."""
+        return cls(
+            critic,
+            lr=cfg.resolved_critic_lr,
+            num_minibatches=cfg.num_minibatches,
+            max_grad_norm=cfg.max_grad_norm,
+            value_clip=cfg.value_clip,
+            ctx=ctx,
+        )
 
     def set_lr(self, lr: float | Sequence[float]) -> None:
         """Every run's learning rate (a number), or run k's ``lr[k]``."""
