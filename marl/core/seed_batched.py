@@ -556,12 +556,25 @@ def per_seed_grad_norm(params: Iterable[Tensor], norm_type: float = 2.0) -> Tens
     (``params``: stacked, ``[S, ...]`` each; those without gradient are skipped), the total
     norm ``torch.nn.utils.clip_grad_norm_`` would compute for seed s alone: the norm of the
     per-parameter norms."""
-    grads, num_seeds = _stacked_grads(params)
-    norm_type = float(norm_type)
+    grads, _ = _stacked_grads(params)
+    return _per_seed_total_norms(grads, float(norm_type))
+
+
+def _per_seed_total_norms(grads: Sequence[Tensor], norm_type: float) -> Tensor:
+    """``[S]`` total norms, each reduced over its own seed's row alone.
+
+    A norm over the seed axis of a ``[P, S]`` table (``vector_norm(dim=0)``) vectorises
+    across the seeds, so its summation order, and the last bits of seed s's norm, depend
+    on S. Here each seed's per-parameter norms form one contiguous row of ``[S, P]`` and
+    that row is reduced by itself: the same arithmetic whatever the stack size, so a seed
+    in a stack logs and clips by exactly the norm it has alone (``--seeds k``).
+    """
+    num_seeds = grads[0].shape[0]
     per_param = torch.stack(
-        [torch.linalg.vector_norm(g.reshape(num_seeds, -1), norm_type, dim=1) for g in grads]
-    )  # [P, S]
-    return torch.linalg.vector_norm(per_param, norm_type, dim=0)
+        [torch.linalg.vector_norm(g.reshape(num_seeds, -1), norm_type, dim=1) for g in grads],
+        dim=1,
+    )  # [S, P], each row contiguous
+    return torch.stack([torch.linalg.vector_norm(row, norm_type) for row in per_param])
 
 
 @torch.no_grad()
@@ -590,12 +603,7 @@ def clip_grads_per_seed_(
     grads = list(grads)
     if not grads:
         raise ValueError("no gradients to clip (run backward first)")
-    num_seeds = grads[0].shape[0]
-    norm_type = float(norm_type)
-    per_grad = torch.stack(
-        [torch.linalg.vector_norm(g.reshape(num_seeds, -1), norm_type, dim=1) for g in grads]
-    )  # [P, S]
-    norms = torch.linalg.vector_norm(per_grad, norm_type, dim=0)
+    norms = _per_seed_total_norms(grads, float(norm_type))
     if max_norm is None:
         return norms
     coef = (float(max_norm) / (norms + 1e-6)).clamp(max=1.0)  # [S]
