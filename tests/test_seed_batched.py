@@ -365,9 +365,7 @@ def test_per_seed_norm_of_a_seed_is_its_norm_alone(one_thread, num_params) -> No
     torch.manual_seed(num_params)
     S = 5
     shapes = [(7, 3), (11,), (4, 5, 2)]
-    params = [
-        nn.Parameter(torch.zeros(S, *shapes[i % len(shapes)])) for i in range(num_params)
-    ]
+    params = [nn.Parameter(torch.zeros(S, *shapes[i % len(shapes)])) for i in range(num_params)]
     fill_grads(params, torch.tensor([0.3, 1.0, 3.0, 10.0, 30.0]))
     norms = per_seed_grad_norm(params)
     for k in range(S):
