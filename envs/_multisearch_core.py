@@ -9,6 +9,8 @@ Everything that decides what happens in the world lives here, once:
 
 ``parallel_env`` is the ``num_envs=1`` view of this core and ``vector_env`` the batched view, so
 the two cannot drift apart. See ``envs/multisearch_v0.py`` for the user documentation.
+``envs/multisearch_recall_v0.py`` steps the same world through a subclass that adds its recall
+task (layout, cue, frozen phase, end, reward) on top of these dynamics.
 
 Conventions: positions are ``(row, col)``; actions are ``0 stay, 1 up (row-1), 2 down (row+1),
 3 left (col-1), 4 right (col+1), 5 collect`` (rescuers only). Agents are ordered scouts first,
@@ -637,6 +639,22 @@ STEP_DC = np.array([0, 0, 0, -1, 1], dtype=np.int64)
 
 
 @njit(cache=True)
+def _route_action(dist, r, c):
+    """The action (1-4) of the first move one step closer along the route field ``dist``
+    [G, G] (route lengths, -1: no route) from cell (r, c) (ties: the lowest action); 0 (stay)
+    on a route's end or without a route."""
+    here = dist[r, c]
+    if here > 0:
+        g = dist.shape[0]
+        for act in range(1, 5):
+            nr = r + STEP_DR[act]
+            nc = c + STEP_DC[act]
+            if 0 <= nr < g and 0 <= nc < g and dist[nr, nc] == here - 1:
+                return act
+    return 0
+
+
+@njit(cache=True)
 def _route_field(n, g, obstacle, seen, target_pos, target_state, dist, queue):
     """Fill ``dist[n]`` [G, G] with each cell's route length to the nearest reported,
     uncollected target of env n (-1: no route), by one breadth-first search from all of them.
@@ -765,14 +783,10 @@ def _observe_kernel(
                 here = route_dist[n, pr, pc] if any_reported and route_hint else -1
                 if here >= 0:
                     out[base + 2] = 1.0
-                if here > 0:  # the first move one step closer, in action order
-                    for act in range(1, 5):
-                        nr = pr + STEP_DR[act]
-                        nc = pc + STEP_DC[act]
-                        if 0 <= nr < g and 0 <= nc < g and route_dist[n, nr, nc] == here - 1:
-                            out[base] = STEP_DR[act]
-                            out[base + 1] = STEP_DC[act]
-                            break
+                if here > 0:
+                    act = _route_action(route_dist[n], pr, pc)
+                    out[base] = STEP_DR[act]
+                    out[base + 1] = STEP_DC[act]
             # action mask, from the padded codes (outside the grid is blocked)
             mask[0] = 1
             mask[1] = 0 if code[n, pad + pr - 1, pad + pc] & CODE_BLOCKED else 1
@@ -888,11 +902,20 @@ class MultiSearchCore:
         for j in range(count):
             obstacle, agents[j], targets[j] = generate_layout(rngs[j], cfg)
             obst[j] = obstacle
+        self.install_layouts(envs, obst, agents, targets)
+
+    def install_layouts(
+        self, envs: np.ndarray, obstacle: np.ndarray, agents: np.ndarray, targets: np.ndarray
+    ) -> None:
+        """Start a new episode in each env ``envs[j]`` on the given layout: ``obstacle``
+        [J, G, G] (every free cell reachable), ``agents`` int64 [J, A, 2] and ``targets`` int64
+        [J, T, 2] on distinct free cells (what :func:`generate_layout` draws)."""
+        envs = np.asarray(envs, dtype=np.int64)
         _reset_kernel(
             envs,
-            obst,
-            agents,
-            targets,
+            np.asarray(obstacle, dtype=np.uint8),
+            np.asarray(agents, dtype=np.int64),
+            np.asarray(targets, dtype=np.int64),
             self.obstacle,
             self.target_grid,
             self.target_pos,
