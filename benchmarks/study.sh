@@ -11,18 +11,21 @@
 #   seeds=16                   seeds per variant
 #   total_steps=1000000        env steps per run (the budget)
 #   args=--algo grpo ...       further marl.compare options (optional)
-#   persist_policies=1         --persist also keeps each run's final policy (optional)
+#   persist_policies=1         --persist also keeps each run's final policy (optional; =a,b:
+#                              only those of variants a and b)
 # The code is checked out as a git worktree ($TMPDIR/coopsearch-code-<commit>), so later
 # commits on main do not mix into the study (marl.compare refuses mixed commits). The runs
 # live in runs/<DIR below docs/results> (not committed); --persist copies the finished ones
-# into DIR (benchmarks/persist_runs.sh) and a new checkout restores them from there, so the
-# next session resumes where this one stopped. Interrupt with Ctrl-C; rerun to resume.
+# into DIR in the compact form (benchmarks/persist_runs.sh) and a new checkout restores them
+# from there (each compact metrics.jsonl.xz also as a plain metrics.jsonl, which the pinned
+# code reads; finished runs are skipped, never resumed), so the next session resumes where
+# this one stopped. Interrupt with Ctrl-C; rerun to resume.
 # Environment: PYTHON (default .venv/bin/python), STUDY_TREE (the code's checkout), STUDY_RUNS
 # (where runs live, default runs/).
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-$REPO/.venv/bin/python}"
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
 [ $# -ge 1 ] || { usage >&2; exit 2; }
 case "$1" in -h|--help) usage; exit 0 ;; esac
 DOCS="$(cd "$1" && pwd)"; shift
@@ -48,6 +51,7 @@ for v in SEEDS STEPS; do
 done
 case "$DOCS" in "$REPO"/docs/results/*) REL="${DOCS#"$REPO"/docs/results/}" ;; *) REL="$(basename "$DOCS")" ;; esac
 OUT="${STUDY_RUNS:-$REPO/runs}/$REL"
+case "$OUT" in /*) ;; *) OUT="$PWD/$OUT" ;; esac
 TREE="${STUDY_TREE:-${TMPDIR:-/tmp}/coopsearch-code-${CODE:0:12}}"
 
 compare() {
@@ -61,16 +65,17 @@ if [ ! -d "$TREE" ]; then
     git -C "$REPO" worktree add --detach "$TREE" "$CODE" >/dev/null
 fi
 if [ ! -f "$OUT/compare.json" ] && [ -f "$DOCS/compare.json" ]; then
-    # a new checkout: start from the runs the last session persisted
-    mkdir -p "$OUT"
-    cp "$DOCS/compare.json" "$OUT/"
-    [ -d "$DOCS/runs" ] && cp -r "$DOCS/runs" "$OUT/"
-    find "$OUT/runs" -name 'metrics.jsonl.gz' -exec gunzip -f {} \; 2>/dev/null || true
+    # a new checkout: start from the runs the last session persisted (this checkout's code)
+    (cd "$REPO" && "$PY" -m marl.experiments.persist --restore "$DOCS" "$OUT")
 fi
 if [ "$PERSIST" = 1 ]; then
     compare --report-only --no-progress || true  # missing runs are listed, not an error here
     POLICY_FLAG=()
-    [ "$(key persist_policies)" = 1 ] && POLICY_FLAG=(--policies)
+    case "$(key persist_policies)" in
+        "") ;;
+        1) POLICY_FLAG=(--policies) ;;
+        *) POLICY_FLAG=("--policies=$(key persist_policies)") ;;
+    esac
     bash "$REPO/benchmarks/persist_runs.sh" "$OUT" "$DOCS" ${POLICY_FLAG[@]+"${POLICY_FLAG[@]}"}
     for f in report.md summary.json; do [ -f "$OUT/$f" ] && cp "$OUT/$f" "$DOCS/"; done
     if [ -d "$OUT/plots" ]; then rm -rf "$DOCS/plots" && cp -r "$OUT/plots" "$DOCS/"; fi

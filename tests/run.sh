@@ -18,6 +18,12 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     .venv/bin/pip install -q "torch==2.13.0"
 fi
 .venv/bin/pip install -q -e ".[dev]"
+if ! .venv/bin/python -c "import marl_eval.utils.data_processing_utils" 2>/dev/null; then
+    # marl-eval reads compare's export in tests/test_marl_eval_export.py. Without its
+    # dependencies: it pins an old pandas, and the module the test uses needs only numpy and
+    # colorama.
+    .venv/bin/pip install -q --no-deps "id-marl-eval==0.0.4" colorama
+fi
 
 # Two worker processes (pytest-xdist; TEST_WORKERS=N to change, 0 for one process, or give -n
 # yourself): the suite's time is mostly one-threaded work (numba compiling each kernel once,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import gzip
+import lzma
 import subprocess
 from pathlib import Path
 
@@ -20,7 +20,7 @@ def make_run(root: Path, arm: str, seed: int, finished: bool) -> Path:
     run = root / "runs" / arm / f"seed_{seed}"
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(f"seed: {seed}\n")
-    (run / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    (run / "metrics.jsonl").write_text('{"update": 1, "loss/value": 0.5}\n{"update": 2}\n')
     (run / "checkpoint.pt").write_bytes(b"\0" * 64)  # large files stay behind
     if finished:
         (run / "eval.json").write_text('{"solved_rate": 0.5}')
@@ -37,20 +37,20 @@ def test_copies_finished_runs_only(tmp_path: Path) -> None:
     make_run(src, "mamba", 0, finished=True)
     res = persist(str(src), str(dest))
     assert res.returncode == 0, res.stderr
-    assert "2 finished runs" in res.stdout
+    assert "2 finished run(s)" in res.stdout
     kept = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert kept == [
         "compare.json",
         *(f"runs/{a}/seed_0/{f}" for a in ("gru", "mamba")
-          for f in ("config.yaml", "eval.json", "finished.json", "metrics.jsonl.gz")),
+          for f in ("config.yaml", "eval.json", "finished.json", "metrics.jsonl.xz")),
     ]  # fmt: skip
-    text = gzip.decompress((dest / "runs/gru/seed_0/metrics.jsonl.gz").read_bytes()).decode()
-    assert text == (src / "runs/gru/seed_0/metrics.jsonl").read_text()
+    text = lzma.decompress((dest / "runs/gru/seed_0/metrics.jsonl.xz").read_bytes()).decode()
+    assert text == '{"update":1}\n{"update":2}\n'  # the compact form: keys the report reads
 
 
 def test_a_second_copy_is_byte_identical(tmp_path: Path) -> None:
     """Rerunning it (a loop every few minutes) leaves the kept files unchanged, so git sees no
-    change in the runs already committed (gzip without a name or timestamp)."""
+    change in the runs already committed (xz holds no name or timestamp)."""
     import os
 
     src, dest = tmp_path / "study", tmp_path / "kept"
@@ -58,11 +58,11 @@ def test_a_second_copy_is_byte_identical(tmp_path: Path) -> None:
     (src / "compare.json").write_text("{}")
     run = make_run(src, "gru", 0, finished=True)
     assert persist(str(src), str(dest)).returncode == 0
-    first = (dest / "runs/gru/seed_0/metrics.jsonl.gz").read_bytes()
+    first = (dest / "runs/gru/seed_0/metrics.jsonl.xz").read_bytes()
     stat = (run / "metrics.jsonl").stat()
     os.utime(run / "metrics.jsonl", (stat.st_atime + 5, stat.st_mtime + 5))
     assert persist(str(src), str(dest)).returncode == 0
-    assert (dest / "runs/gru/seed_0/metrics.jsonl.gz").read_bytes() == first
+    assert (dest / "runs/gru/seed_0/metrics.jsonl.xz").read_bytes() == first
 
 
 def test_rejects_a_directory_that_is_not_a_comparison(tmp_path: Path) -> None:

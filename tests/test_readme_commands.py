@@ -82,6 +82,12 @@ CHECKS: dict[str, Check] = {
     ".venv/bin/python -m marl.train --run-dir runs/demo --overwrite": Check(
         "run", set=TINY_TIME, writes=("runs/demo/finished.json", "runs/demo/episode.gif")
     ),
+    "python -m marl.compare --report-only --out runs/cmp --export-marl-eval "
+    "runs/cmp/marl_eval.json": Check(
+        "skip",
+        "needs a trained study: tests/test_marl_eval_export.py exports one and feeds it "
+        "to marl-eval",
+    ),
     "bash tests/run.sh": Check(
         "skip", "installs the dev extras and runs the whole suite: the suite this test is in"
     ),

@@ -7,7 +7,11 @@ rule, stated by the classes themselves (:func:`marl.run.config.parse_cli` turns 
 error "--value-epochs does not apply to --algo grpo").
 
 Rules *between* options of one algorithm (``--alpha`` applies only with
-``--whitening team_individual``, ...) are :meth:`BaseConfig.option_rules`.
+``--whitening team_individual``, ...) are :meth:`BaseConfig.option_rules`. Settings that are
+allowed but train exactly as another setting (GRPO's ``--whitening none`` is its
+``team_individual``) are each config class's :attr:`BaseConfig.no_ops` table (:class:`NoOp`
+entries), and the fields that change no result are :attr:`BaseConfig.result_free`;
+:func:`marl.run.config.effective_config` applies both.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ __all__ = [
     "ALGORITHMS",
     "ConfigError",
     "BaseConfig",
+    "NoOp",
     "Algorithm",
     "register_algorithm",
     "resolve_algorithm",
@@ -89,6 +94,43 @@ def _check(cond: bool, name: str, value: Any, allowed: str) -> None:
         )
 
 
+@dataclass(frozen=True)
+class NoOp:
+    """Under one algorithm, ``option`` at any of ``values`` trains exactly as at ``same_as``.
+
+    ``values=None``: any value; ``equal_to="other"``: the value equal to option ``other``'s
+    (an entropy coefficient annealed to itself is constant). ``when``: ``(option, allowed
+    values)`` pairs that must all hold for the rule to apply. ``why``: the reason, in the
+    code's terms, for messages. Each entry is verified by a test that trains both forms and
+    gets bit-identical parameters (tests/test_no_ops.py).
+    """
+
+    option: str
+    same_as: Any
+    values: tuple[Any, ...] | None = None
+    equal_to: str | None = None
+    when: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    why: str = ""
+
+    def applies(self, cfg: Any) -> bool:
+        """Whether ``cfg`` (a config, or any object with its fields) sets ``option`` to a value
+        this rule maps to ``same_as`` (and is not at ``same_as`` already)."""
+        value = getattr(cfg, self.option)
+        if value == self.same_as:
+            return False
+        if self.equal_to is not None:
+            hit = value == getattr(cfg, self.equal_to)
+        else:
+            hit = self.values is None or value in self.values
+        return hit and all(getattr(cfg, name) in allowed for name, allowed in self.when)
+
+    def describe(self, value: Any) -> str:
+        """``--whitening none trains as --whitening team_individual (why)``."""
+        flag = "--" + self.option.replace("_", "-")
+        same = "none" if self.same_as is None else self.same_as
+        return f"{flag} {value} trains as {flag} {same} ({self.why})"
+
+
 @dataclass
 class BaseConfig:
     """Fields shared by every algorithm; each field is also a ``--field-name`` flag.
@@ -100,6 +142,34 @@ class BaseConfig:
 
     #: the algorithm's registry name (set by each subclass)
     algo_name: ClassVar[str] = ""
+
+    #: Settings that train exactly as another setting (:class:`NoOp`); a subclass extends
+    #: the tuple with its algorithm's own. Applied in order, repeatedly, by
+    #: :func:`marl.run.config.effective_config`.
+    no_ops: ClassVar[tuple[NoOp, ...]] = (
+        NoOp(
+            "ent_coef_final",
+            None,
+            equal_to="ent_coef",
+            why="the entropy coefficient annealed from --ent-coef to the same value is constant "
+            "(marl.core.losses.linear_schedule)",
+        ),
+        NoOp(
+            "penalty_channel",
+            "individual",
+            values=("none",),
+            when=(("penalty_beta_schedule", ("constant", "linear")),),
+            why="with penalty shaping the penalty enters once, through the shaping term, and "
+            "is never added to a channel",
+        ),
+    )
+
+    #: Fields that change no result: where and what a run writes or shows, and whether the
+    #: independent parts of an update run in threads (bit-identical either way:
+    #: tests/test_mappo.py, tests/test_grpo.py).
+    result_free: ClassVar[frozenset[str]] = frozenset(
+        {"run_dir", "progress", "plots", "gif", "baselines", "checkpoint_every", "parallel_update"}
+    )
 
     def __new__(cls, *args: Any, **kwargs: Any) -> BaseConfig:
         if cls is BaseConfig:

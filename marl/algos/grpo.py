@@ -81,6 +81,7 @@ from marl.algos.base import (
     Algorithm,
     BaseConfig,
     ConfigError,
+    NoOp,
     config_field,
     penalty_schedule,
     whitener_from_config,
@@ -101,7 +102,14 @@ from marl.core.advantages import (
     shape_with_penalty,
 )
 from marl.core.losses import NonFiniteError, linear_schedule
-from marl.core.whitening import AdvantageWhitener, GroupKeys, advantage_stats, symmetric_clip
+from marl.core.whitening import (
+    GROUPING_SCHEMES,
+    SCHEMES,
+    AdvantageWhitener,
+    GroupKeys,
+    advantage_stats,
+    symmetric_clip,
+)
 from marl.envapi import make_vector_env
 from marl.policies import AgentLayout, MultiAgentPolicy, TypeActor
 from marl.run.distributed import DistContext, all_reduce_sum, broadcast_parameters, guard
@@ -131,6 +139,8 @@ __all__ = [
 GRPO_SEED_BASE = 1_000_000_000
 
 _GRPO_INNER = ("type", "batch")
+#: second-stage schemes whose statistics are grouped by ``whiten_inner`` (when several types)
+_RUNNING = ("running", "running_ema")
 
 _f = config_field
 
@@ -141,6 +151,28 @@ class GRPOConfig(BaseConfig):
     whole episodes: MAPPO's rollout, value and GAE fields do not apply."""
 
     algo_name: ClassVar[str] = "grpo"
+
+    no_ops: ClassVar[tuple[NoOp, ...]] = (
+        *BaseConfig.no_ops,
+        # GRPO.advantages: an inner grouping other than type / batch is read as type, and
+        # only the running schemes' second stage reads whiten_inner itself
+        NoOp(
+            "whiten_inner",
+            "type",
+            values=tuple(g for g in GROUPING_SCHEMES if g not in _GRPO_INNER),
+            when=(("whitening", tuple(s for s in SCHEMES if s not in _RUNNING)),),
+            why="GRPO groups the individual returns by group x type unless --whiten-inner is "
+            "batch, and no second stage other than running / running_ema reads the inner "
+            "grouping",
+        ),
+        NoOp(
+            "whitening",
+            "team_individual",
+            values=("none",),
+            why="GRPO's own advantage is already team and individual returns normalised "
+            "within groups and mixed by --alpha, so neither scheme adds a second stage",
+        ),
+    )
 
     algo: str = _f("grpo", "Algorithm.")
     num_envs: int = _f(32, "Number of vectorised environments E (groups x group size).")

@@ -43,6 +43,7 @@ from marl.algos.base import (
     BACKBONES,
     Algorithm,
     BaseConfig,
+    NoOp,
     backbone_default,
     config_field,
     penalty_schedule,
@@ -99,6 +100,35 @@ class MAPPOConfig(BaseConfig):
     """MAPPO's configuration: the shared fields plus rollouts, GAE and the critic."""
 
     algo_name: ClassVar[str] = "mappo"
+
+    no_ops: ClassVar[tuple[NoOp, ...]] = (
+        *BaseConfig.no_ops,
+        NoOp(
+            "value_epochs",
+            None,
+            equal_to="epochs",
+            why="--value-epochs none means as many value epochs as --epochs",
+        ),
+        NoOp("critic_lr", None, equal_to="lr", why="--critic-lr none means the actor's --lr"),
+        # a feed-forward actor has no windows: seq_len only sets the whitening keys' positions
+        # and sequences (MAPPO.group_keys), which these groupings never read
+        NoOp(
+            "seq_len",
+            BACKBONE_DEFAULTS["mlp"]["seq_len"],
+            when=(("backbone", ("mlp",)), ("whitening", ("none", "batch", "type", "center"))),
+            why="the mlp actor trains on single steps, and this whitening reads no positions",
+        ),
+        NoOp(
+            "seq_len",
+            BACKBONE_DEFAULTS["mlp"]["seq_len"],
+            when=(
+                ("backbone", ("mlp",)),
+                ("whitening", ("team_individual", "running", "running_ema")),
+                ("whiten_inner", ("batch", "type")),
+            ),
+            why="the mlp actor trains on single steps, and this whitening reads no positions",
+        ),
+    )
 
     algo: str = _f("mappo", "Algorithm.")
     rollout_steps: int | None = _f(

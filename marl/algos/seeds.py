@@ -23,9 +23,9 @@ Independence: seed k's random draws come from its own generator, which continues
 single-seed run's global generator stands after building its modules; every batched operation
 is a per-seed GEMM or a row-wise / elementwise operation whose bits do not depend on S, and
 every reduction (the gradient norm included) runs over one seed's own contiguous row, never
-across the seed axis, whose vectorised order would depend on S. So at one torch thread seed k inside ``--seeds 0-15`` equals ``--seeds k`` bit for bit; against a
-plain ``--seed k`` run it agrees to float32 rounding (tests/test_seed_mappo.py,
-tests/test_seed_grpo.py).
+across the seed axis, whose vectorised order would depend on S. So at one torch thread seed
+k inside ``--seeds 0-15`` equals ``--seeds k`` bit for bit; against a plain ``--seed k`` run
+it agrees to float32 rounding (tests/test_seed_mappo.py, tests/test_seed_grpo.py).
 
 A seed whose advantages, loss or gradient norm turn non-finite stops (:attr:`SeedBatch.stopped`
 names the quantity): its parameters and optimiser state stay as they were, the others go on. A

@@ -13,7 +13,9 @@ The parts: :mod:`marl.experiments.spec` (what a study is, checked before anythin
 :mod:`marl.experiments.launchers` (child processes or Ray tasks), this module (running,
 resuming and collecting the runs; the CLI), :mod:`marl.experiments.report` (the summary, its
 statistics and decisions from :mod:`marl.experiments.stats` and
-:mod:`marl.experiments.significance`, report.md and plots).
+:mod:`marl.experiments.significance`, report.md, runs.csv and plots),
+:mod:`marl.experiments.marl_eval` (``--export-marl-eval FILE``: the study in marl-eval's JSON
+layout).
 
 Every variant x seed is a normal ``python -m marl.train`` run (a subprocess) with
 ``--run-dir OUT/runs/<variant>/seed_<s>``: the same run-directory format as any training run
@@ -51,8 +53,10 @@ directory, budget, algorithm, config file) are refused in variants.
 Each run also gets ``--torch-threads=max(1, cores // jobs)`` (unless the options set it) and
 ``--progress=false --gif=false --baselines=false`` (no progress bar in the logs, no GIF, no
 end-of-run baseline episodes; none of them changes a result; ``--verbose-runs`` keeps them).
-OUT also holds ``compare.json`` (the setup: a rerun that would mix a different setup into OUT
-is refused), ``status.json`` (state, attempts, exit code, error of every run) and
+OUT also holds ``compare.json`` (the setup and how it is reported: a rerun that would mix a
+different setup into OUT is refused; ``--report-only --out OUT`` alone regenerates the report
+from it), ``runs.csv`` (one row per run: variant, seed, status, commit, env steps, every
+endpoint metric), ``status.json`` (state, attempts, exit code, error of every run) and
 ``compare.lock`` (one compare at a time per OUT). Exit status: 0 when every run finished, 1
 when some failed or are missing (they are listed in the report), 2 for bad input, 130 when
 interrupted (rerun to resume).
@@ -65,6 +69,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -72,10 +77,10 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from marl.experiments import report
+from marl.experiments import marl_eval, report
 from marl.experiments.launchers import (
     STOP_GRACE_S,
     LocalLauncher,
@@ -131,6 +136,10 @@ __all__ = [
     "STOP_GRACE_S",
     "execute_runs",
     "collect_runs",
+    "ReportSettings",
+    "explicit_options",
+    "recorded_options",
+    "report_only_spec",
     "main",
 ]
 
@@ -179,11 +188,41 @@ def _file_sha256(path: str | None) -> str | None:
     return h.hexdigest()
 
 
-def _spec_record(spec: CompareSpec) -> dict[str, Any]:
-    return {
+@dataclass
+class ReportSettings:
+    """How compare reports a study (the options of the same names), recorded in
+    OUT/compare.json (``"report"``) so that ``--report-only --out OUT`` regenerates the same
+    report without these options."""
+
+    bootstrap_reps: int
+    bootstrap_seed: int
+    confidence: float
+    entropy_threshold: float
+    title: str | None
+    at_env_steps: list[int]
+    """The ``--at-env-steps`` reports to write; compare.json records every one written into
+    OUT so far."""
+    allow_mixed_code: bool
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ReportSettings:
+        return cls(
+            bootstrap_reps=args.bootstrap_reps,
+            bootstrap_seed=args.bootstrap_seed,
+            confidence=args.confidence,
+            entropy_threshold=args.entropy_threshold,
+            title=args.title,
+            at_env_steps=list(args.at_env_steps or []),
+            allow_mixed_code=args.allow_mixed_code,
+        )
+
+
+def _spec_record(spec: CompareSpec, report: ReportSettings | None = None) -> dict[str, Any]:
+    config_found = spec.config is None or os.path.isfile(spec.config)
+    record = {
         "algo": spec.algo,
         "config": spec.config,
-        "config_sha256": _file_sha256(spec.config),
+        "config_sha256": _file_sha256(spec.config) if config_found else None,
         "total_steps": spec.total_steps,
         "max_time": spec.max_time,
         "max_cpu_time": spec.max_cpu_time,
@@ -196,25 +235,36 @@ def _spec_record(spec: CompareSpec) -> dict[str, Any]:
         "final_eval_episodes": spec.final_eval_episodes,
         "primary_metric": spec.primary_metric,
         "comparisons": [list(pair) for pair in spec.comparisons],
+        "jobs": spec.jobs,
     }
+    if report is not None:
+        record["report"] = asdict(report)
+    return record
 
 
-def check_and_store_spec(spec: CompareSpec, *, report_only: bool = False) -> None:
-    """Write OUT/compare.json; refuse to mix results of a different setup into OUT.
+def check_and_store_spec(
+    spec: CompareSpec, *, report_only: bool = False, report: ReportSettings | None = None
+) -> None:
+    """Write OUT/compare.json (the study, and with ``report`` how it is reported); refuse to mix
+    results of a different setup into OUT.
 
     A rerun may add variants or seeds and change the reference, but a variant name whose options
     changed, or a changed algorithm, config file (content), budget or common options, would mix
-    incomparable runs: that raises CompareError.
+    incomparable runs: that raises CompareError. The recorded ``--at-env-steps`` reports
+    accumulate: OUT keeps every one written.
     """
     os.makedirs(spec.out, exist_ok=True)
     path = os.path.join(spec.out, "compare.json")
-    record = _spec_record(spec)
+    record = _spec_record(spec, report)
+    old: dict[str, Any] = {}
     if os.path.isfile(path):
         with open(path) as fh:
             old = json.load(fh)
         keys = ["algo", "config_sha256", "total_steps", "max_time", "max_cpu_time", "common"]
         if report_only:  # nothing runs: keep the setting the runs were trained with
             record["final_eval_episodes"] = old.get("final_eval_episodes")
+            if spec.config is not None and record["config_sha256"] is None:
+                record["config_sha256"] = old.get("config_sha256")  # the file is gone
         else:
             keys.append("final_eval_episodes")
         for key in keys:
@@ -232,6 +282,9 @@ def check_and_store_spec(spec: CompareSpec, *, report_only: bool = False) -> Non
         merged_variants = dict(old.get("variants", {}))
         merged_variants.update(record["variants"])
         record["all_variants_run"] = merged_variants
+    if report is not None:
+        written = (old.get("report") or {}).get("at_env_steps") or []
+        record["report"]["at_env_steps"] = sorted({*written, *report.at_env_steps})
     atomic_write_json(path, record)
 
 
@@ -540,8 +593,23 @@ def _exclusive(out: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _run_commits(run_dir: str) -> list[str]:
+    """The git commits a finished run trained under (its finished.json; several when it
+    resumed under another), [] when it records none."""
+    try:
+        with open(os.path.join(run_dir, FINISHED_MARKER)) as fh:
+            marker = json.load(fh)
+    except (OSError, ValueError):
+        return []
+    if not isinstance(marker, dict):
+        return []
+    commits = marker.get("commits") or ([marker["commit"]] if marker.get("commit") else [])
+    return [str(commit) for commit in commits]
+
+
 def collect_runs(spec: CompareSpec, runs: list[RunSpec]) -> list[dict[str, Any]]:
-    """One record per run for the report: state, error (log tail), command, timing."""
+    """One record per run for the report: state, error (log tail), command, timing, and a
+    finished run's commits."""
     status = _load_status(spec.out)
     records = []
     for run in runs:
@@ -565,9 +633,191 @@ def collect_runs(spec: CompareSpec, runs: list[RunSpec]) -> list[dict[str, Any]]
                 "returncode": entry.get("returncode"),
                 "wall_s": entry.get("wall_s"),
                 "attempts": entry.get("attempts", 0),
+                "commits": _run_commits(run.run_dir) if final == "finished" else [],
             }
         )
     return records
+
+
+# ------------------------------------------------------------------------------------------
+# --report-only: the study OUT records
+# ------------------------------------------------------------------------------------------
+#: Options that pick the variants: given with --report-only, they replace the recorded
+#: variants, and the reference and comparisons come from them (and the study) as in a run.
+_VARIANT_OPTIONS = {"study", "variant", "variants"}
+_BUDGET_OPTIONS = {"total_steps", "max_time", "max_cpu_time"}
+
+
+class _Unset(list):
+    """An option's value before parsing (:func:`explicit_options`). A list: an ``append``
+    option copies its current value and appends to the copy, so a given option never keeps
+    this object."""
+
+
+def explicit_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
+    """The options (argparse dests) that ``argv`` gives, whatever their values: argparse fills
+    in a default only where the namespace it is given lacks the attribute."""
+    unset = _Unset()
+    dests = vars(parser.parse_args(argv))
+    given = parser.parse_args(argv, argparse.Namespace(**dict.fromkeys(dests, unset)))
+    return {dest for dest, value in vars(given).items() if value is not unset}
+
+
+def recorded_options(out: str) -> tuple[dict[str, Any], list[Variant]] | None:
+    """The study OUT/compare.json records, as compare's options (argparse dests with the
+    values of a CompareSpec / ReportSettings field: seeds and common options as lists,
+    comparisons as pairs) and its variants; None when OUT holds no compare.json.
+
+    A compare.json written before compare recorded the report (no ``"report"``) leaves the
+    report's settings, reference, seeds and variants to OUT/summary.json, the report it made
+    (:func:`_published_options`)."""
+    path = os.path.join(out, "compare.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as fh:
+        record = json.load(fh)
+    setup = ("algo", "config", "total_steps", "max_time", "max_cpu_time", "common", "study")
+    design = ("seeds", "reference", "primary_metric", "final_eval_episodes", "train_command")
+    options: dict[str, Any] = {key: record.get(key) for key in (*setup, *design, "jobs")}
+    options["first_seed"] = min(record["seeds"], default=0)
+    options["comparison"] = [tuple(pair) for pair in record.get("comparisons") or []]
+    variants = [Variant(name, list(args)) for name, args in record["variants"].items()]
+    if "report" in record:
+        options.update(record["report"])
+    else:
+        published = _published_options(out, record.get("study"), "comparisons" in record)
+        variants = published.pop("variants", variants)
+        options.update(published)
+    return options, variants
+
+
+def _published_options(out: str, study: str | None, has_comparisons: bool) -> dict[str, Any]:
+    """What OUT/summary.json says its report was made with (for a compare.json that predates
+    the recorded report): reference, seeds, variants, jobs, bootstrap, entropy threshold, title
+    (None when it is the default one), ``--allow-mixed-code``, the pre-registered comparisons
+    (unless compare.json has them) and the ``--at-env-steps`` reports (those its command asked
+    for, and the ``at_<N>_env_steps`` directories OUT holds). Empty without a summary.json."""
+    path = os.path.join(out, "summary.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as fh:
+        s = json.load(fh)
+    default_title = f"Study '{study}'" if study else "Comparison of variants"
+    options = {
+        "reference": s["reference"],
+        "seeds": list(s["seeds"]),
+        "first_seed": min(s["seeds"], default=0),
+        "jobs": s.get("jobs"),
+        "variants": [Variant(name, list(v.get("args") or [])) for name, v in s["variants"].items()],
+        "title": None if s.get("title") in (None, default_title) else s["title"],
+        "allow_mixed_code": any(
+            w.startswith("mixed code (--allow-mixed-code)") for w in s.get("warnings") or []
+        ),
+        "at_env_steps": _published_at_env_steps(out, (s.get("commands") or {}).get("compare")),
+    }
+    bootstrap = s.get("bootstrap") or {}
+    for dest, key in (("bootstrap_reps", "reps"), ("bootstrap_seed", "seed")):
+        if key in bootstrap:
+            options[dest] = bootstrap[key]
+    if "confidence" in bootstrap:
+        options["confidence"] = bootstrap["confidence"]
+    if "entropy_threshold" in s:
+        options["entropy_threshold"] = s["entropy_threshold"]
+    if not has_comparisons:
+        options["comparison"] = [
+            (e["variant"], e["baseline"])
+            for e in s.get("comparisons") or []
+            if e["baseline"] != s["reference"]
+        ]
+    return options
+
+
+def _published_at_env_steps(out: str, command: str | None) -> list[int]:
+    """The ``--at-env-steps`` values of a recorded compare ``command`` and of the
+    ``at_<N>_env_steps`` directories in OUT, sorted."""
+    found: set[int] = set()
+    try:
+        tokens = shlex.split(command or "")
+    except ValueError:
+        tokens = []
+    for i, token in enumerate(tokens):
+        value = token.partition("=")[2] if token.startswith("--at-env-steps=") else None
+        if token == "--at-env-steps" and i + 1 < len(tokens):
+            value = tokens[i + 1]
+        if value is not None and value.isdigit():
+            found.add(int(value))
+    for name in os.listdir(out):
+        match = re.fullmatch(r"at_(\d+)_env_steps", name)
+        if match and os.path.isdir(os.path.join(out, name)):
+            found.add(int(match.group(1)))
+    return sorted(found)
+
+
+def report_only_spec(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, raw_argv: Sequence[str]
+) -> tuple[CompareSpec, ReportSettings, bool]:
+    """``--report-only``: the study OUT/compare.json records (:func:`recorded_options`), each
+    option the command line gives (:func:`explicit_options`) in place of its recorded value;
+    returns the spec, the report settings and whether the variants are the recorded ones.
+
+    Given variant options (--study, --variant, --variants) replace the recorded variants, with
+    the reference and comparisons they imply. Options that say how the runs trained (algorithm,
+    config, budget, common options, final evaluation episodes) must agree with the record
+    (CompareError here or in :func:`check_and_store_spec`). Without compare.json: the command
+    line alone, as before compare recorded studies."""
+    recorded = recorded_options(args.out)
+    if recorded is None:
+        return build_spec(args), ReportSettings.from_args(args), False
+    options, variants = recorded
+    given = explicit_options(parser, raw_argv)
+    own_variants = not given & _VARIANT_OPTIONS
+    recorded_episodes = options.get("final_eval_episodes")
+    if "final_eval_episodes" in given and (args.final_eval_episodes or None) != recorded_episodes:
+        raise CompareError(
+            f"--final-eval-episodes {args.final_eval_episodes}: the runs in {args.out} were "
+            f"evaluated with final_eval_episodes={recorded_episodes!r} (compare.json); drop "
+            "the option or use a new --out"
+        )
+    skip = set(given) | {"study", "variant", "variants"}
+    if given & _BUDGET_OPTIONS:
+        skip |= _BUDGET_OPTIONS
+    if not own_variants:
+        skip |= {"reference", "comparison"}
+    filled = argparse.Namespace(**vars(args))
+    for dest, value in options.items():
+        if dest not in skip:
+            setattr(filled, dest, _as_argument(dest, value))
+    if own_variants:  # names only: build_spec checks them; the options are set below
+        filled.variant, filled.variants, filled.study = [f"{v.name}:" for v in variants], None, None
+    spec = build_spec(filled)
+    if own_variants:
+        spec.variants, spec.study = variants, options.get("study")
+    if "common" not in given:
+        spec.common = list(options.get("common") or [])
+    if "config" not in given:
+        spec.config = options.get("config")
+    if not given & {"seeds", "first_seed"} and options.get("seeds"):
+        spec.seeds = list(options["seeds"])
+    return spec, ReportSettings.from_args(filled), own_variants
+
+
+def _as_argument(dest: str, value: Any) -> Any:
+    """A recorded value as :func:`build_spec` takes it from the command line (seeds: their
+    count; common options joined with commas and the config file only where build_spec reads
+    them, for a --study's backbone; report_only_spec sets the recorded lists after)."""
+    if dest == "seeds":
+        return len(value)
+    if dest == "common":
+        return ",".join(value or [])
+    if dest == "config":
+        return value if value is not None and os.path.isfile(value) else None
+    if dest == "comparison":
+        return [f"{a}:{b}" for a, b in value]
+    if dest == "train_command":
+        return shlex.join(value) if value else None
+    if dest == "final_eval_episodes":
+        return value or 0
+    return value
 
 
 # ------------------------------------------------------------------------------------------
@@ -685,7 +935,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--report-only",
         action="store_true",
-        help="Start no run: aggregate what OUT holds (unfinished runs listed as missing).",
+        help="Start no run: report what OUT holds (unfinished runs listed as missing). "
+        "'--report-only --out OUT' alone regenerates OUT's report: the study (algorithm, "
+        "variants, seeds, budget, reference, comparisons, primary metric) and its report "
+        "settings (bootstrap, confidence, entropy threshold, title, --at-env-steps reports) "
+        "come from OUT/compare.json; options given replace them (those saying how the runs "
+        "trained must agree with it).",
     )
     p.add_argument(
         "--at-env-steps",
@@ -759,6 +1014,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="No tqdm progress bar.")
     p.add_argument("--no-plots", action="store_true", help="Skip the PNG plots.")
     p.add_argument(
+        "--export-marl-eval",
+        metavar="FILE",
+        help="Also write the study to FILE in marl-eval's JSON layout (environment / task / "
+        "algorithm = variant / run_<seed> / step_<k> = the k-th periodic validation "
+        "evaluation, absolute_metrics = the final one), for marl_eval's data_process_pipeline "
+        "and create_matrices_for_rliable. The runs record each evaluation's mean, not its "
+        "episodes: every metric's list holds that one mean. Works with --report-only.",
+    )
+    p.add_argument(
         "--verbose-runs",
         action="store_true",
         help=f"Do not add {' '.join(QUIET_RUN_OPTIONS)} to the runs.",
@@ -790,30 +1054,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.tasks is not None:
         return _main_tasks(parser, args, raw_argv)
     try:
-        spec = build_spec(args)
-        if args.no_validate and not args.train_command:
-            raise CompareError("--no-validate is only allowed with --train-command")
-        if not args.no_validate:
-            validate_spec(spec)
-        if args.bootstrap_reps < 1:
-            raise CompareError(f"--bootstrap-reps must be >= 1, got {args.bootstrap_reps}")
-        if not 0.0 < args.confidence < 1.0:
-            raise CompareError(f"--confidence must be in (0, 1), got {args.confidence}")
-        for n in args.at_env_steps or []:
-            if n < 1:
-                raise CompareError(
-                    f"--at-env-steps must be a positive number of env steps, got {n}"
-                )
-        if args.primary_metric is not None and args.primary_metric not in report.METRICS:
-            raise CompareError(
-                f"--primary-metric {args.primary_metric!r}: allowed: " + ", ".join(report.METRICS)
-            )
-        missing = report.stats.check_dependencies()
-        if missing is not None and not args.dry_run:
-            raise CompareError(missing)
-        design_problem = check_design(spec)
-        if design_problem is not None and not (args.pilot or args.report_only or args.dry_run):
-            raise CompareError(design_problem)
+        spec, settings, design_problem = _checked_setup(parser, args, raw_argv)
         runs = plan_runs(spec)
         if args.dry_run:
             status = _load_status(spec.out)
@@ -821,7 +1062,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 command = shlex.join(spec.train_command + run.train_args)
                 print(f"{run.key} [{run_state(run, status)}]: {command}")
             return 0
-        check_and_store_spec(spec, report_only=args.report_only)
+        check_and_store_spec(spec, report_only=args.report_only, report=settings)
         if not args.report_only:
             check_code(spec)
     except CompareError as exc:
@@ -854,38 +1095,102 @@ def main(argv: Sequence[str] | None = None) -> int:
         except CompareError as exc:
             parser.exit(2, f"{parser.prog}: error: {exc}\n")
     records = collect_runs(spec, runs)
-    for at_env_steps in [None, *(args.at_env_steps or [])]:
-        try:
-            summary = report.build_summary(
-                spec,
-                records,
-                reps=args.bootstrap_reps,
-                seed=args.bootstrap_seed,
-                confidence=args.confidence,
-                entropy_threshold=args.entropy_threshold,
-                command=shlex.join(["python", "-m", "marl.compare", *raw_argv]),
-                wall_s=time.time() - t0,
-                title=args.title,
-                at_env_steps=at_env_steps,
-            )
-        except ValueError as exc:  # mixed code, a primary metric the runs do not report
-            parser.exit(2, f"{parser.prog}: error: {exc} (the runs in {spec.out} are kept)\n")
-        if design_problem is not None:
-            summary["warnings"].insert(0, f"pilot: {design_problem}")
-            summary["pilot"] = True
-        if spec.total_steps is None:
-            summary["warnings"].append(
-                "the budget is in seconds, not env steps: the arms did different amounts of "
-                "work (env steps and throughput per variant are in the report)"
-            )
-        out = spec.out if at_env_steps is None else at_env_steps_dir(spec.out, at_env_steps)
-        report.write_all(summary, out, plots=not args.no_plots)
-        for warning in summary["warnings"]:
-            print(f"warning: {warning}", file=sys.stderr)
-        print(f"report: {os.path.join(out, 'report.md')}")
-        print(f"summary: {os.path.join(out, 'summary.json')}")
+    for at_env_steps in [None, *settings.at_env_steps]:
+        _write_report(parser, args, raw_argv, spec, settings, records, design_problem,
+                      at_env_steps=at_env_steps, wall_s=time.time() - t0)  # fmt: skip
     n_bad = sum(r["status"] != "finished" for r in records)
     return 1 if n_bad else 0
+
+
+def _checked_setup(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, raw_argv: list[str]
+) -> tuple[CompareSpec, ReportSettings, str | None]:
+    """The study, how to report it (with ``--report-only``: what OUT records, under the
+    options given; :func:`report_only_spec`), and why its design cannot show anything (None
+    when it can). Raises CompareError for bad input or a design that cannot show anything
+    (unless ``--pilot``, ``--report-only`` or ``--dry-run``)."""
+    recorded_variants = False
+    if args.report_only:
+        spec, settings, recorded_variants = report_only_spec(parser, args, raw_argv)
+    else:
+        spec, settings = build_spec(args), ReportSettings.from_args(args)
+    if args.no_validate and not args.train_command:
+        raise CompareError("--no-validate is only allowed with --train-command")
+    if not (args.no_validate or recorded_variants):  # recorded: validated when they trained
+        validate_spec(spec, allow_one_configuration=args.report_only)
+    if settings.bootstrap_reps < 1:
+        raise CompareError(f"--bootstrap-reps must be >= 1, got {settings.bootstrap_reps}")
+    if not 0.0 < settings.confidence < 1.0:
+        raise CompareError(f"--confidence must be in (0, 1), got {settings.confidence}")
+    for n in settings.at_env_steps:
+        if n < 1:
+            raise CompareError(f"--at-env-steps must be a positive number of env steps, got {n}")
+    if spec.primary_metric is not None and spec.primary_metric not in report.METRICS:
+        raise CompareError(
+            f"--primary-metric {spec.primary_metric!r}: allowed: " + ", ".join(report.METRICS)
+        )
+    missing = report.stats.check_dependencies()
+    if missing is not None and not args.dry_run:
+        raise CompareError(missing)
+    design_problem = check_design(spec)
+    if design_problem is not None and not (args.pilot or args.report_only or args.dry_run):
+        raise CompareError(design_problem)
+    return spec, settings, design_problem
+
+
+def _write_report(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    raw_argv: list[str],
+    spec: CompareSpec,
+    settings: ReportSettings,
+    records: list[dict[str, Any]],
+    design_problem: str | None,
+    *,
+    at_env_steps: int | None,
+    wall_s: float,
+) -> None:
+    """Write the report (summary.json, report.md, runs.csv, plots) into OUT, or scored at
+    ``at_env_steps`` into :func:`at_env_steps_dir`; with ``--export-marl-eval FILE`` OUT's own
+    report also goes to FILE in marl-eval's layout. Exits 2 when the runs cannot be reported
+    (mixed code, a primary metric they do not report, an export marl-eval cannot take)."""
+    try:
+        summary = report.build_summary(
+            spec,
+            records,
+            reps=settings.bootstrap_reps,
+            seed=settings.bootstrap_seed,
+            confidence=settings.confidence,
+            entropy_threshold=settings.entropy_threshold,
+            command=shlex.join(["python", "-m", "marl.compare", *raw_argv]),
+            wall_s=wall_s,
+            title=settings.title,
+            at_env_steps=at_env_steps,
+        )
+    except ValueError as exc:  # mixed code, a primary metric the runs do not report
+        parser.exit(2, f"{parser.prog}: error: {exc} (the runs in {spec.out} are kept)\n")
+    if design_problem is not None:
+        summary["warnings"].insert(0, f"pilot: {design_problem}")
+        summary["pilot"] = True
+    if spec.total_steps is None:
+        summary["warnings"].append(
+            "the budget is in seconds, not env steps: the arms did different amounts of "
+            "work (env steps and throughput per variant are in the report)"
+        )
+    out = spec.out if at_env_steps is None else at_env_steps_dir(spec.out, at_env_steps)
+    report.write_all(summary, out, plots=not args.no_plots)
+    for warning in summary["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"report: {os.path.join(out, 'report.md')}")
+    print(f"summary: {os.path.join(out, 'summary.json')}")
+    if args.export_marl_eval and at_env_steps is None:
+        try:
+            notes = marl_eval.write_export(args.export_marl_eval, summary, spec.out)
+        except ValueError as exc:
+            parser.exit(2, f"{parser.prog}: error: --export-marl-eval: {exc}\n")
+        for note in notes:
+            print(f"note: marl-eval export: {note}", file=sys.stderr)
+        print(f"marl-eval: {args.export_marl_eval}")
 
 
 def _main_tasks(

@@ -8,6 +8,8 @@
   statistics over training, failed runs with their errors, commands, environment);
 * ``report.md``: tables with CIs, plain-sentence verdicts, failed runs, warnings, the exact
   commands, environment and package versions, and the plots;
+* ``runs.csv``: one row per run (variant, seed, status, commit, env steps, every endpoint
+  metric: the summary's per-seed values);
 * ``plots/learning_curves.png`` (mean across seeds with bootstrap CI bands, per variant),
   ``plots/aggregate_intervals.png`` (IQM and mean with CIs per metric and variant),
   ``plots/probability_of_improvement.png`` and ``plots/advantages_<variant>.png`` (advantage
@@ -44,7 +46,11 @@ evaluations) and ``auc_success`` from metrics.jsonl; and, where runs report them
                                                     primary: "p_holm", "shown", "direction";
                                                     others: "exploratory": true}}},
      "primary_metric": METRIC, "comparisons": [{"variant", "baseline", "metric", "value",
-     "ci", "mean_difference", "p_value", "p_holm", "shown", "direction", "test"}],
+     "ci", "mean_difference", "p_value", "p_holm", "shown", "direction", "test",
+     "left_out": None | {"reason": "a/a" | "repeat", "why", "repeats"}}],
+     "one_configuration": [[NAME, NAME, ...], ...] (arms whose evaluation figures are
+     identical on every seed; comparisons among them, or repeating one another, are left out
+     of the Holm family),
      "decision_rule": {...}, "commits": [sha, ...],
      "verdicts": [sentences], "runs": [{"variant", "seed", "status", "error", ...}],
      "warnings": [...], "commands": {...}, "environment": {...}, "plots": [...]}
@@ -54,7 +60,9 @@ CIs are ``[low, high]`` or ``None`` (fewer than two runs).
 
 from __future__ import annotations
 
+import csv
 import datetime
+import io
 import json
 import os
 import platform
@@ -78,6 +86,7 @@ __all__ = [
     "MixedCodeError",
     "build_summary",
     "write_all",
+    "write_runs_csv",
     "write_report",
     "make_plots",
 ]
@@ -592,11 +601,20 @@ def _primary_family(
     primary: str,
     improvement: dict[str, dict[str, Any]],
     compared: _Compared,
+    groups: Sequence[Sequence[str]] = (),
 ) -> list[dict[str, Any]]:
     """The study's primary comparisons on ``primary``: every variant against the reference,
     then the pre-registered ``spec.comparisons`` pairs; Holm-adjusted together, each decided
     by :func:`marl.experiments.significance.decide`. The entries against the reference are
-    also written into ``improvement[variant][primary]`` (``p_holm``, ``shown``, ...)."""
+    also written into ``improvement[variant][primary]`` (``p_holm``, ``shown``, ...).
+
+    ``groups``: the arms that are one configuration (identical results on every seed,
+    :func:`marl.experiments.significance.identical_arms`). A comparison between two of them
+    (A/A) and one that repeats an earlier comparison of the same two configurations
+    (:func:`marl.experiments.significance.family_repeats`) are left out of the Holm family:
+    each carries ``left_out`` (``reason`` "a/a" or "repeat", ``why``, ``repeats``: the
+    repeated comparison's variant and baseline, None for an A/A) and the repeated comparison's
+    ``p_holm`` and verdict (an A/A: None for both); the others carry ``left_out: None``."""
     entries: list[dict[str, Any]] = []
     for name, per_metric in improvement.items():
         if primary in per_metric:
@@ -607,17 +625,70 @@ def _primary_family(
         ):
             continue
         entries.append({"variant": name, "baseline": baseline, **compared(name, baseline, primary)})
-    adjusted = significance.holm([e["p_value"] for e in entries])
-    for entry, p_holm in zip(entries, adjusted, strict=True):
-        entry["metric"] = primary
-        entry["p_holm"] = p_holm
+    left_out = significance.family_repeats([(e["variant"], e["baseline"]) for e in entries], groups)
+    kept = [i for i, why in enumerate(left_out) if why is None]
+    adjusted = significance.holm([entries[i]["p_value"] for i in kept])
+    for i, p_holm in zip(kept, adjusted, strict=True):
+        entry = entries[i]
+        entry.update(metric=primary, p_holm=p_holm, left_out=None)
         entry.update(
             significance.decide(p_holm, entry.get("ci"), entry["mean_difference"]["value"])
         )
+    for entry, why in zip(entries, left_out, strict=True):
+        if why is not None:
+            entry.update(metric=primary, **_left_out_verdict(entry, why, entries, groups))
+    for entry in entries:
         if entry["baseline"] == spec.reference:
             target = improvement[entry["variant"]][primary]
-            target.update(p_holm=p_holm, shown=entry["shown"], direction=entry["direction"])
+            target.update(
+                p_holm=entry["p_holm"], shown=entry["shown"], direction=entry["direction"]
+            )
+            if entry["left_out"] is not None:
+                target["left_out"] = entry["left_out"]
     return entries
+
+
+def _left_out_verdict(
+    entry: Mapping[str, Any],
+    why: Mapping[str, Any],
+    entries: Sequence[Mapping[str, Any]],
+    groups: Sequence[Sequence[str]],
+) -> dict[str, Any]:
+    """A comparison left out of the Holm family: its ``left_out`` record, and the verdict it
+    carries (the repeated comparison's; none for an A/A)."""
+    name, baseline = entry["variant"], entry["baseline"]
+    if why["reason"] == "a/a":
+        text = f"{name} and {baseline} gave identical results on every seed: one configuration"
+        record = {"reason": "a/a", "why": text + ", so this is an A/A comparison", "repeats": None}
+        return {"left_out": record, "p_holm": None, "shown": None, "direction": None}
+    repeated = entries[why["repeats"]]
+    other = (repeated["variant"], repeated["baseline"])
+    if why["reversed"]:
+        other = other[::-1]
+    same = [
+        f"{mine} and {theirs}"
+        for mine, theirs in zip((name, baseline), other, strict=True)
+        if mine != theirs and any(mine in g and theirs in g for g in groups)
+    ]
+    text = f"{name} vs {baseline} repeats {repeated['variant']} vs {repeated['baseline']}"
+    text += " (reversed)" if why["reversed"] else ""
+    if same:
+        text += f": {' and '.join(same)} gave identical results on every seed (one configuration)"
+    else:
+        text += ": the same two-sided test"
+    direction = repeated["direction"]
+    if why["reversed"] and direction is not None:
+        direction = "worse" if direction == "better" else "better"
+    return {
+        "left_out": {
+            "reason": "repeat",
+            "why": text,
+            "repeats": {"variant": repeated["variant"], "baseline": repeated["baseline"]},
+        },
+        "p_holm": repeated["p_holm"],
+        "shown": repeated["shown"],
+        "direction": direction,
+    }
 
 
 def _verdict_sentences(
@@ -634,7 +705,15 @@ def _verdict_sentences(
     out = []
     for e in family:
         figure = _comparison_figures(e)
-        if e["shown"]:
+        if e.get("left_out"):
+            verdict = "no verdict"
+            if e["left_out"]["reason"] == "repeat":
+                verdict = f"its verdict is that comparison's ({_verdict_text(e)})"
+            out.append(
+                f"left out of the Holm family: {e['variant']} vs {e['baseline']} on {label}: "
+                f"{e['left_out']['why']}; {verdict}."
+            )
+        elif e["shown"]:
             word = "better than" if e["direction"] == "better" else "worse than"
             out.append(f"**shown**: {e['variant']} is {word} {e['baseline']} on {label}: {figure}.")
         else:
@@ -648,6 +727,11 @@ def _verdict_sentences(
                 f"{_metric_label(metric, at_env_steps)}: {_comparison_figures(poi)}."
             )
     return out
+
+
+def _verdict_text(e: Mapping[str, Any]) -> str:
+    """``**shown better**`` or ``nothing shown``."""
+    return f"**shown {e['direction']}**" if e.get("shown") else "nothing shown"
 
 
 def _comparison_figures(e: Mapping[str, Any]) -> str:
@@ -723,7 +807,9 @@ def build_summary(
     for v in spec.variants:
         if v.name != ref:
             improvement[v.name] = {m: compared(v.name, ref, m) for m in reported}
-    family = _primary_family(spec, primary, improvement, compared)
+    evaluation = [m for m in reported if _ALL_METRICS[m][0] in ("eval", "last")]
+    one_configuration = significance.identical_arms(by_seed, primary, evaluation)
+    family = _primary_family(spec, primary, improvement, compared, one_configuration)
     for entry in improvement.values():
         for metric, poi in entry.items():
             if metric != primary:
@@ -741,6 +827,7 @@ def build_summary(
         "primary_metric": primary,
         "decision_rule": _decision_rule(family),
         "comparisons": family,
+        "one_configuration": one_configuration,
         "commits": commits,
         "bootstrap": {
             "reps": reps,
@@ -912,12 +999,33 @@ def _primary_section(s: Mapping[str, Any]) -> list[str]:
         f"Holm-adjusted together: **{outcome['shown']} shown** ({outcome['better']} better, "
         f"{outcome['worse']} worse)" + (", nothing shown." if outcome["shown"] == 0 else "."),
         "",
+    ]
+    groups = s.get("one_configuration") or []
+    if groups:
+        lines += [
+            "**One configuration**: "
+            + "; ".join(" = ".join(g) for g in groups)
+            + " gave identical results on every seed (every evaluation figure, seed for seed): "
+            "each group "
+            "is one configuration trained more than once. Comparisons within a group are A/A, "
+            f"and comparisons that repeat another are no new test: {outcome.get('left_out', 0)} "
+            "left out of the Holm family (marked below).",
+            "",
+        ]
+    lines += [
         "| variant | baseline | P(improvement) | mean difference | p | p_holm | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
     for e in family:
         diff = e.get("mean_difference") or {}
-        verdict = f"**shown {e['direction']}**" if e.get("shown") else "nothing shown"
+        verdict = _verdict_text(e)
+        if e.get("left_out"):
+            repeats = e["left_out"]["repeats"]
+            verdict = (
+                "left out: A/A (one configuration)"
+                if repeats is None
+                else f"left out: repeats {repeats['variant']} vs {repeats['baseline']} ({verdict})"
+            )
         p = "n/a" if e.get("p_value") is None else f"{e['p_value']:.3g}"
         p_holm = "n/a" if e.get("p_holm") is None else f"{e['p_holm']:.3g}"
         lines.append(
@@ -1452,11 +1560,44 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+#: runs.csv's first columns; one per endpoint metric of the summary follows.
+RUNS_CSV_COLUMNS = ("variant", "seed", "status", "commit", "env_steps")
+
+
+def write_runs_csv(summary: Mapping[str, Any], out: str) -> str:
+    """Write ``out/runs.csv``, one row per run of ``summary["runs"]``: variant, seed, status,
+    commit (``;`` between several), env steps, then each endpoint metric of
+    ``summary["metrics"]`` for that run, taken from the summary's per-seed values (empty where
+    the run has none: not finished, or no such figure). Returns its path."""
+    metrics = list(summary["metrics"])
+    per_seed: dict[tuple[str, Any, str], float] = {}
+    for name, variant in summary["variants"].items():
+        for metric in metrics:
+            entry = variant["metrics"].get(metric) or {}
+            seeds, values = entry.get("seeds") or [], entry.get("values") or []
+            for seed, value in zip(seeds, values, strict=False):
+                per_seed[(name, seed, metric)] = value
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([*RUNS_CSV_COLUMNS, *metrics])
+    for row in summary["runs"]:
+        key = (row["variant"], row["seed"])
+        writer.writerow(
+            [row["variant"], row["seed"], row["status"], ";".join(row.get("commits") or []),
+             row.get("env_steps"), *(per_seed.get((*key, m)) for m in metrics)]
+        )  # fmt: skip
+    path = os.path.join(out, "runs.csv")
+    atomic_write_text(path, buffer.getvalue())
+    return path
+
+
 def write_all(summary: dict[str, Any], out: str, *, plots: bool = True) -> dict[str, Any]:
-    """Write plots (unless ``plots=False``), ``summary.json`` and ``report.md`` into ``out``."""
+    """Write plots (unless ``plots=False``), ``summary.json``, ``report.md`` and ``runs.csv``
+    (:func:`write_runs_csv`) into ``out``."""
     os.makedirs(out, exist_ok=True)
     summary["plots"] = make_plots(summary, out) if plots else []
     text = json.dumps(_jsonable(summary), indent=1, allow_nan=False) + "\n"
     atomic_write_text(os.path.join(out, "summary.json"), text)
     write_report(summary, out)
+    write_runs_csv(summary, out)
     return summary

@@ -14,7 +14,11 @@ reference, plus any ``--comparison A:B`` pairs), all on one primary metric. For 
   between the comparisons);
 * :func:`decide`: the rule. A comparison is *shown* only when its Holm-adjusted p-value is
   below ``alpha`` **and** the bootstrap CI of P(improvement) lies on the same side of 0.5 as
-  the observed difference. Everything else is "nothing shown".
+  the observed difference. Everything else is "nothing shown";
+* :func:`identical_arms` and :func:`family_repeats`: arms whose per-seed results are identical
+  on every seed are one configuration (two runs of the same training); a comparison between
+  two of them is an A/A test, and one that repeats another comparison (the same two
+  configurations) tests nothing new: both are left out of the Holm family.
 
 :func:`min_attainable_p` and :func:`can_conclude` tell, before anything runs, whether a design
 can ever reach "shown": with 3 paired seeds the smallest two-sided p-value is 2/8 = 0.25,
@@ -27,7 +31,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,6 +46,8 @@ __all__ = [
     "can_conclude",
     "holm",
     "decide",
+    "identical_arms",
+    "family_repeats",
     "simulate_aa",
 ]
 
@@ -257,6 +263,82 @@ def decide(
     return {"shown": bool(shown), "direction": direction if shown else None}
 
 
+def _identical(
+    a: Mapping[str, Mapping[int, float]],
+    b: Mapping[str, Mapping[int, float]],
+    primary: str,
+    figures: Collection[str] | None,
+) -> bool:
+    """Whether two arms' per-seed figures (metric -> seed -> value) agree exactly on every
+    seed both ran, for ``primary`` and each of ``figures`` (None: every metric) that both
+    report, with at least one such seed on ``primary``."""
+    if not set(a.get(primary, {})) & set(b.get(primary, {})):
+        return False
+    compared = set(a) & set(b) if figures is None else set(a) & set(b) & {primary, *figures}
+    for metric in compared:
+        x, y = a[metric], b[metric]
+        if any(x[seed] != y[seed] for seed in set(x) & set(y)):
+            return False
+    return True
+
+
+def identical_arms(
+    per_seed: Mapping[str, Mapping[str, Mapping[int, float]]],
+    primary: str,
+    figures: Collection[str] | None = None,
+) -> list[list[str]]:
+    """The groups of arms whose results are identical on every seed: one configuration each.
+
+    ``per_seed``: arm -> metric -> seed -> value. Two arms are identical when the primary
+    metric and every one of ``figures`` (the evaluation figures; None: every metric) that both
+    report are equal, exactly (identical training gives identical numbers), on every seed both
+    ran, and they share a seed on ``primary``. Groups are the connected sets of identical
+    arms, each of two or more, arms in ``per_seed``'s order."""
+    names = list(per_seed)
+    group = {name: i for i, name in enumerate(names)}
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            if group[a] != group[b] and _identical(per_seed[a], per_seed[b], primary, figures):
+                old, new = group[b], group[a]
+                group = {n: new if g == old else g for n, g in group.items()}
+    members: dict[int, list[str]] = {}
+    for name in names:
+        members.setdefault(group[name], []).append(name)
+    return [m for m in members.values() if len(m) > 1]
+
+
+def family_repeats(
+    pairs: Sequence[tuple[str, str]], groups: Sequence[Sequence[str]]
+) -> list[dict[str, Any] | None]:
+    """Which primary comparisons ``(variant, baseline)`` leave the Holm family, given the
+    groups of arms that are one configuration (:func:`identical_arms`).
+
+    For each pair, in order: None (it stays), ``{"reason": "a/a", "repeats": None}`` when
+    both arms are one configuration, or ``{"reason": "repeat", "repeats": j, "reversed":
+    bool}`` when an earlier pair ``j`` that stays compares the same two configurations (the
+    same order, or the opposite one: ``reversed``): its data are the same, so it adds a test
+    of nothing new to the family."""
+    config = {name: i for i, members in enumerate(groups) for name in members}
+
+    def of(name: str) -> Any:
+        return config.get(name, ("arm", name))
+
+    kept: dict[tuple[Any, Any], int] = {}
+    out: list[dict[str, Any] | None] = []
+    for j, (variant, baseline) in enumerate(pairs):
+        a, b = of(variant), of(baseline)
+        if a == b:
+            out.append({"reason": "a/a", "repeats": None})
+        elif (a, b) in kept:
+            out.append({"reason": "repeat", "repeats": kept[(a, b)], "reversed": False})
+        elif (b, a) in kept:
+            out.append({"reason": "repeat", "repeats": kept[(b, a)], "reversed": True})
+        else:
+            kept[(a, b)] = j
+            out.append(None)
+    return out
+
+
 def _poi_ci(
     x: np.ndarray, y: np.ndarray, reps: int, confidence: float, seed: int
 ) -> list[float] | None:
@@ -338,13 +420,17 @@ def describe_rule(alpha: float = ALPHA) -> str:
 
 
 def summarize_family(entries: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """Counts of a family's outcomes: ``{"comparisons", "shown", "better", "worse"}``."""
-    shown = [e for e in entries if e.get("shown")]
+    """Counts of a family's outcomes: ``{"comparisons", "shown", "better", "worse",
+    "left_out"}``; the entries with a ``left_out`` reason (:func:`family_repeats`) are not in
+    the family and count only in ``left_out``."""
+    family = [e for e in entries if not e.get("left_out")]
+    shown = [e for e in family if e.get("shown")]
     return {
-        "comparisons": len(entries),
+        "comparisons": len(family),
         "shown": len(shown),
         "better": sum(e.get("direction") == "better" for e in shown),
         "worse": sum(e.get("direction") == "worse" for e in shown),
+        "left_out": len(entries) - len(family),
     }
 
 

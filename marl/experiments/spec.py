@@ -2,9 +2,11 @@
 
 :class:`CompareSpec` (stored as ``OUT/compare.json``) and :class:`RunSpec` (one variant x
 seed), parsed from the command line (:func:`build_spec`), checked before anything runs
-(:func:`validate_spec`: every variant's train options; :func:`check_design`: whether the
-design can show anything; :func:`check_code`: no runs of another commit) and planned seed-major
-(:func:`plan_runs`). Nothing here imports torch or starts a run.
+(:func:`validate_spec`: every variant's train options, and no two variants that are one
+configuration; :func:`check_design`: whether the design can show anything;
+:func:`check_code`: no runs of another commit) and planned seed-major (:func:`plan_runs`).
+Nothing here imports torch (but for the option checks, which parse the train options) or
+starts a run.
 """
 
 from __future__ import annotations
@@ -16,10 +18,14 @@ import os
 import re
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from marl.run.rundir import FINISHED_MARKER
+
+if TYPE_CHECKING:
+    from marl.algos.base import BaseConfig
 
 __all__ = [
     "CompareError",
@@ -33,6 +39,7 @@ __all__ = [
     "load_variants_file",
     "build_spec",
     "validate_spec",
+    "check_distinct_variants",
     "check_design",
     "check_code",
     "finished_commits",
@@ -279,23 +286,50 @@ def _backbone_of(spec_like: CompareSpec) -> str:
         raise CompareError(f"--config/--common: {exc}") from None
 
 
-def validate_spec(spec: CompareSpec) -> None:
-    """Validate every variant's full train option list with ``marl.run.config.parse_cli``.
+def validate_spec(spec: CompareSpec, *, allow_one_configuration: bool = False) -> None:
+    """Validate every variant's full train option list with ``marl.run.config.parse_cli``,
+    and refuse variants that are one configuration (:func:`check_distinct_variants`).
 
-    Raises CompareError naming the variant and the unknown option or invalid value, before any
-    run starts.
+    Raises CompareError naming the variant and the unknown option or invalid value, or both
+    variants and the option that makes them one, before any run starts.
+    ``allow_one_configuration``: skip the second check (``--report-only`` of a directory whose
+    runs exist already: the report flags such arms itself).
     """
     from marl.run.config import parse_cli
 
+    configs = {}
     for v in spec.variants:
         argv = spec.base_args() + v.args + ["--seed=0"]
         if spec.quiet_runs:
             argv += QUIET_RUN_OPTIONS
         try:
-            parse_cli(argv)
+            configs[v.name] = parse_cli(argv)
         except ValueError as exc:
             options = " ".join(v.args) or "no options"
             raise CompareError(f"variant {v.name!r} ({options}): {exc}") from None
+    if not allow_one_configuration:
+        check_distinct_variants(configs)
+
+
+def check_distinct_variants(configs: Mapping[str, BaseConfig]) -> None:
+    """Refuse two variants that train identically (``marl.run.config.one_configuration``:
+    equal effective configurations, e.g. GRPO's ``--whitening none`` and ``team_individual``
+    at one alpha): comparing them would be an A/A test counted as a comparison. Raises
+    CompareError naming every such pair and the options that make them one."""
+    from marl.run.config import one_configuration
+
+    names = list(configs)
+    found = []
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            why = one_configuration(configs[a], configs[b])
+            if why is not None:
+                found.append(f"variants {a!r} and {b!r} are one configuration: {why}")
+    if found:
+        raise CompareError(
+            "; ".join(found) + ". They would train identically, and comparing them is an A/A "
+            "test: drop one of each pair, or make them differ in an option that changes training"
+        )
 
 
 def build_spec(args: argparse.Namespace) -> CompareSpec:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import lzma
 import math
 import os
 import zlib
@@ -37,7 +38,12 @@ import numpy as np
 
 __all__ = [
     "RunData",
+    "METRICS_FILES",
+    "metrics_file",
+    "read_metrics_file",
     "load_run",
+    "rows_at_env_steps",
+    "phase_ranges",
     "run_at_env_steps",
     "last_evaluations_mean",
     "seeded_global_rng",
@@ -398,9 +404,50 @@ def _json_object(path: str) -> dict[str, Any] | None:
     return loaded
 
 
+#: A run's metrics log, in the order :func:`metrics_file` looks for it: as a run writes it,
+#: and as a persisted study keeps it (``python -m marl.experiments.persist``: the compact
+#: lzma form; benchmarks/persist_runs.sh wrote gzipped full logs before it).
+METRICS_FILES = ("metrics.jsonl", "metrics.jsonl.xz", "metrics.jsonl.gz")
+
+
+def metrics_file(run_dir: str | os.PathLike[str]) -> str | None:
+    """The first of :data:`METRICS_FILES` in ``run_dir``; None when it holds none."""
+    for name in METRICS_FILES:
+        path = os.path.join(os.fspath(run_dir), name)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def read_metrics_file(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows of a metrics log (plain, ``.xz`` or ``.gz`` by its suffix) and its unparsable
+    lines, stripped (a run killed while writing leaves a torn last line; a line that is JSON
+    but not an object counts too). Blank lines are neither."""
+    path = os.fspath(path)
+    opener: Any = lzma.open if path.endswith(".xz") else gzip.open if path.endswith(".gz") else open
+    rows: list[dict[str, Any]] = []
+    bad: list[str] = []
+    with opener(path, "rt") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                bad.append(line)
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+            else:
+                bad.append(line)
+    return rows, bad
+
+
 def load_run(run_dir: str | os.PathLike[str]) -> RunData:
-    """Read ``eval.json``, ``metrics.jsonl`` (or, without it, ``metrics.jsonl.gz``) and
-    ``config.yaml`` of a run directory.
+    """Read ``eval.json``, the metrics log (:func:`metrics_file`: ``metrics.jsonl``, or a
+    persisted run's ``metrics.jsonl.xz`` / ``.gz``), ``finished.json`` and ``config.yaml`` of a
+    run directory.
 
     Missing files give ``None`` / an empty list; unparsable metrics lines (a run killed while
     writing) are skipped and counted in ``bad_lines``. A malformed ``eval.json`` raises
@@ -409,25 +456,10 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunData:
     run_dir = os.fspath(run_dir)
     data = RunData(run_dir=run_dir)
     data.eval = _json_object(os.path.join(run_dir, "eval.json"))
-    metrics_path = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.isfile(metrics_path) and os.path.isfile(metrics_path + ".gz"):
-        metrics_path += ".gz"  # a run kept in the repository (benchmarks/persist_runs.sh)
-    if os.path.isfile(metrics_path):
-        opener = gzip.open if metrics_path.endswith(".gz") else open
-        with opener(metrics_path, "rt") as fh:
-            for line in fh:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    data.bad_lines += 1
-                    continue
-                if isinstance(row, dict):
-                    data.records.append(row)
-                else:
-                    data.bad_lines += 1
+    metrics_path = metrics_file(run_dir)
+    if metrics_path is not None:
+        data.records, bad = read_metrics_file(metrics_path)
+        data.bad_lines = len(bad)
     data.marker = _json_object(os.path.join(run_dir, "finished.json"))
     config_path = os.path.join(run_dir, "config.yaml")
     if os.path.isfile(config_path):
@@ -466,7 +498,7 @@ def run_at_env_steps(run: RunData, env_steps: float) -> tuple[RunData | None, st
     if not steps or max(steps) < limit:
         reached = f"{max(steps):.0f}" if steps else "no"
         return None, f"trained {reached} env steps, fewer than {limit:.0f}"
-    kept = [r for r in run.records if (x := _number(r.get("env_steps"))) is not None and x <= limit]
+    kept = rows_at_env_steps(run.records, limit)
     evals = [r for r in kept if _number(r.get("eval/success_rate")) is not None]
     if not evals:
         return None, f"no validation evaluation logged at or before {limit:.0f} env steps"
@@ -488,6 +520,15 @@ def run_at_env_steps(run: RunData, env_steps: float) -> tuple[RunData | None, st
         ),
         None,
     )
+
+
+def rows_at_env_steps(
+    records: Sequence[Mapping[str, Any]], env_steps: float
+) -> list[Mapping[str, Any]]:
+    """The metrics rows logged at or before ``env_steps`` env steps (rows without a finite
+    ``env_steps`` are left out): what :func:`run_at_env_steps` keeps of a run."""
+    limit = float(env_steps)
+    return [r for r in records if (x := _number(r.get("env_steps"))) is not None and x <= limit]
 
 
 def last_evaluations_mean(
@@ -611,15 +652,20 @@ def _series(records: Sequence[Mapping[str, Any]], key: str) -> np.ndarray:
     return np.asarray([v for v in vals if v is not None], dtype=np.float64)
 
 
+def phase_ranges(n: int) -> dict[str, tuple[int, int]]:
+    """The index ranges ``[start, stop)`` of a per-update series of ``n >= 1`` values that the
+    stability figures average: all of it, its first and its last quarter."""
+    q = max(1, n // 4)
+    return {"mean": (0, n), "first_quarter": (0, q), "last_quarter": (n - q, n)}
+
+
 def _phase_means(series: np.ndarray) -> dict[str, float | None]:
-    """Mean of a per-update series overall, over its first and its last quarter."""
+    """Mean of a per-update series over each of its :func:`phase_ranges`."""
     if series.size == 0:
         return {"mean": None, "first_quarter": None, "last_quarter": None}
-    q = max(1, series.size // 4)
     return {
-        "mean": float(series.mean()),
-        "first_quarter": float(series[:q].mean()),
-        "last_quarter": float(series[-q:].mean()),
+        phase: float(series[start:stop].mean())
+        for phase, (start, stop) in phase_ranges(series.size).items()
     }
 
 

@@ -10,8 +10,8 @@ study          variants
 whitening      none, batch, type, team_individual at alpha 0.25 / 0.5 / 0.75 (inner grouping by
                agent type), running (exact running statistics); with a sequence backbone (gru,
                mamba, mamba2) also position and chunk. Reference: batch. With ``--algo grpo``
-               the schemes are a second stage on GRPO's group-relative advantage: none and
-               ti_a0.5 are then one configuration (no second stage).
+               the schemes are a second stage on GRPO's group-relative advantage: ti_a0.5
+               would be none again (no second stage, alpha 0.5), so it is left out.
 calibration    baseline (``--recipe=baseline``: plain batch whitening), then seed 000's
                (docs/seeds.md) staged enabling on top of it: value stabilisation (clipped
                value loss 0.1, 4 value epochs, value normalisation; MAPPO only, GRPO has no
@@ -35,7 +35,8 @@ ladder         stabilisation (MAPPO only), + advantage clip 5, + entropy bonus 0
                the one before, calibrated vs default.
 whitening_     none / batch / type / team_individual at alpha 0.5 and 0.25 (per type) on the
 scales         hard preset; give the task's scale with
-               ``--common=--env.rescuer_reward_scale=10`` (or 100). Reference: batch.
+               ``--common=--env.rescuer_reward_scale=10`` (or 100). Reference: batch. With
+               ``--algo grpo`` ti_a0.5 is left out (it is none: no second stage).
 grouping       sequence backbones only (gru, mamba, mamba2): the default scheme
                (team_individual: team and individual advantages whitened separately, mixed
                by alpha 0.5) with its statistics grouped per agent type (the default) vs per
@@ -68,6 +69,12 @@ class Study:
     whether A beats B."""
 
 
+def _drop_grpo_no_second_stage(variants: dict[str, list[str]]) -> None:
+    """Under GRPO, team_individual at alpha 0.5 is no second stage at the default alpha: the
+    'none' variant (GRPOConfig.no_ops), so ti_a0.5 would repeat it (marl.compare refuses)."""
+    del variants["ti_a0.5"]
+
+
 def _whitening(backbone: str, algo: str) -> Study:
     variants: dict[str, list[str]] = {
         "none": ["--whitening=none"],
@@ -83,10 +90,12 @@ def _whitening(backbone: str, algo: str) -> Study:
         variants["chunk"] = ["--whitening=chunk", "--chunk-size=8"]  # as in the grouping study
     description = "Grouped advantage whitening schemes (one grouped kernel, marl.core.whitening)."
     if algo == "grpo":
+        _drop_grpo_no_second_stage(variants)
         description += (
             " With GRPO the schemes are a second stage on top of its group-relative advantage: "
-            "'none' and 'ti_a0.5' are the same configuration (no second stage, alpha 0.5), "
-            "ti_a0.25 / ti_a0.75 change the group-relative mix's alpha."
+            "'none' is no second stage at the default alpha 0.5 ('ti_a0.5' would be the same "
+            "configuration and is left out), ti_a0.25 / ti_a0.75 change the group-relative "
+            "mix's alpha."
         )
     return Study(
         name="whitening",
@@ -278,31 +287,36 @@ def _calibration_ladder(backbone: str, algo: str) -> Study:
 
 
 def _whitening_scales(backbone: str, algo: str) -> Study:
+    variants: dict[str, list[str]] = {
+        "none": ["--env.preset=hard", "--whitening=none"],
+        "batch": ["--env.preset=hard", "--whitening=batch"],
+        "type": ["--env.preset=hard", "--whitening=type"],
+        "ti_a0.5": [
+            "--env.preset=hard",
+            "--whitening=team_individual",
+            "--alpha=0.5",
+            "--whiten-inner=type",
+        ],
+        "ti_a0.25": [
+            "--env.preset=hard",
+            "--whitening=team_individual",
+            "--alpha=0.25",
+            "--whiten-inner=type",
+        ],
+    }
+    description = (
+        "Whitening schemes on a task where the rescuers' individual and penalty rewards are "
+        "scaled (--env.rescuer_reward_scale=10 or 100 in --common): batch vs per type vs "
+        "team_individual at alpha 0.5 and 0.25 (grouped per type) vs none, hard preset."
+    )
+    if algo == "grpo":
+        _drop_grpo_no_second_stage(variants)
+        description += (
+            " With GRPO the schemes are a second stage on its group-relative advantage: "
+            "ti_a0.5 would be 'none' (no second stage, alpha 0.5) and is left out."
+        )
     return Study(
-        name="whitening_scales",
-        description=(
-            "Whitening schemes on a task where the rescuers' individual and penalty rewards "
-            "are scaled (--env.rescuer_reward_scale=10 or 100 in --common): batch vs per type "
-            "vs team_individual at alpha 0.5 and 0.25 (grouped per type) vs none, hard preset."
-        ),
-        reference="batch",
-        variants={
-            "none": ["--env.preset=hard", "--whitening=none"],
-            "batch": ["--env.preset=hard", "--whitening=batch"],
-            "type": ["--env.preset=hard", "--whitening=type"],
-            "ti_a0.5": [
-                "--env.preset=hard",
-                "--whitening=team_individual",
-                "--alpha=0.5",
-                "--whiten-inner=type",
-            ],
-            "ti_a0.25": [
-                "--env.preset=hard",
-                "--whitening=team_individual",
-                "--alpha=0.25",
-                "--whiten-inner=type",
-            ],
-        },
+        name="whitening_scales", description=description, reference="batch", variants=variants
     )
 
 

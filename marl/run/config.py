@@ -16,6 +16,12 @@ arguments live under ``env:`` in YAML and as ``--env.KEY VALUE`` on the command 
 (:class:`marl.run.options.RunOptions`: ``--resume``, ``--overwrite``, ``--keep-checkpoints``,
 ``--wandb*``), which are no config fields.
 
+:func:`effective_config` is the configuration a config trains with: the no-ops its algorithm
+declares (:attr:`~marl.algos.base.BaseConfig.no_ops`, e.g. GRPO's ``--whitening none`` is its
+``team_individual``) and the options that do not apply set to the values they train as, the
+fields that change no result left out; :func:`one_configuration` says why two configs train
+identically (``marl.compare`` refuses such variants).
+
 ``--resume RUN_DIR`` continues a run with its own configuration (RUN_DIR/config.yaml). Only
 the fields in :data:`RESUME_CHANGEABLE` (budget, cadences, outputs, device, threads,
 process settings such as numba's threading layer and the allocator thresholds) may be
@@ -26,6 +32,7 @@ set to other values on resume; any other field that differs from the run's, from
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import os
 import sys
@@ -58,6 +65,8 @@ __all__ = [
     "config_to_dict",
     "config_from_dict",
     "validate_config",
+    "effective_config",
+    "one_configuration",
     "whitener_from_config",
     "DEMO_MAX_TIME",
     "RESUME_CHANGEABLE",
@@ -334,6 +343,70 @@ def validate_config(cfg: BaseConfig, explicit: frozenset[str] | set[str] | None 
                 f"[0, {MAX_SEED}] (2**32 - 1)"
             )
     cfg.check_option_rules(frozenset(explicit or ()))
+
+
+# ------------------------------------------------------------------------------------------
+# the configuration a config trains with
+# ------------------------------------------------------------------------------------------
+def _canonical(cfg: BaseConfig) -> tuple[dict[str, Any], dict[str, str]]:
+    """(:func:`effective_config`, field -> why it was changed) of ``cfg``."""
+    cls = type(cfg)
+    work = copy.copy(cfg)  # the rules read attributes: a shallow copy to rewrite
+    reasons: dict[str, str] = {}
+    for _ in range(len(cls.field_names()) + 1):  # until nothing changes (a rule may enable one)
+        changed = False
+        for name, applies, when in work.option_rules():
+            default = cls.default_of(name)
+            if not applies and getattr(work, name) != default:
+                flag = "--" + name.replace("_", "-")
+                reasons.setdefault(
+                    name, f"{flag} {getattr(work, name)} has no effect unless {when}"
+                )
+                setattr(work, name, default)
+                changed = True
+        for rule in cls.no_ops:
+            if rule.applies(work):
+                reasons.setdefault(rule.option, rule.describe(getattr(work, rule.option)))
+                setattr(work, rule.option, rule.same_as)
+                changed = True
+        if not changed:
+            break
+    values = {n: getattr(work, n) for n in cls.field_names() if n not in cls.result_free}
+    return values, reasons
+
+
+def effective_config(cfg: BaseConfig) -> dict[str, Any]:
+    """The configuration ``cfg`` trains with, as field -> value: the fields that change no
+    result (:attr:`~marl.algos.base.BaseConfig.result_free`: outputs, threads) left out, each
+    option that does not apply with the others (:meth:`~marl.algos.base.BaseConfig.
+    option_rules`) at its default, and each no-op of the algorithm
+    (:attr:`~marl.algos.base.BaseConfig.no_ops`) at the value it trains as. Two configs
+    whose effective configs are equal train identically, bit for bit."""
+    return _canonical(cfg)[0]
+
+
+def one_configuration(a: BaseConfig, b: BaseConfig) -> str | None:
+    """None when configs ``a`` and ``b`` train differently; else why they are one
+    configuration: the options in which they differ and what makes each one a no-op (or
+    that they set the same configuration)."""
+    (eff_a, why_a), (eff_b, why_b) = _canonical(a), _canonical(b)
+    if eff_a != eff_b:
+        return None
+    raw_a, raw_b = config_to_dict(a), config_to_dict(b)
+    reasons: list[str] = []
+    for name in raw_a:
+        if raw_a[name] == raw_b[name]:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if name in type(a).result_free:
+            reasons.append(f"{flag} changes no result")
+            continue
+        for why in (why_a.get(name), why_b.get(name)):
+            if why is not None and why not in reasons:
+                reasons.append(why)
+    if not reasons:
+        return f"they set the same --algo {a.algo} configuration"
+    return f"under --algo {a.algo}, " + "; ".join(reasons)
 
 
 # ------------------------------------------------------------------------------------------
