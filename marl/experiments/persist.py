@@ -56,6 +56,7 @@ from typing import Any
 
 from marl.experiments import stats
 from marl.experiments.compare import run_finished
+from marl.run.rundir import atomic_write_text
 
 __all__ = [
     "EXACT",
@@ -74,6 +75,7 @@ __all__ = [
     "write_compact_log",
     "persist_study",
     "compact_in_place",
+    "compact_reports",
     "restore_study",
     "PLOT_TOLERANCE",
     "plot_panel_range",
@@ -571,6 +573,35 @@ def restore_study(study: str, out: str) -> int:
     return n
 
 
+def compact_reports(root: str) -> tuple[int, int]:
+    """Compact the report files under ``root`` as :mod:`marl.experiments.report` writes them
+    now: every PNG re-encoded with a palette of at most 256 colours
+    (:func:`~marl.experiments.report.compact_png`) and every summary.json rewritten as
+    compact JSON with the same content. For studies published before (they need no runs:
+    nothing is recomputed). Returns (bytes before, bytes after)."""
+    from marl.experiments.report import compact_png
+
+    if not os.path.isdir(root):
+        raise PersistError(f"DIR {root!r} is not a directory")
+    before = after = 0
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "runs")
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            size = os.path.getsize(path)
+            if name.endswith(".png"):
+                before += size
+                after += compact_png(path, path)
+            elif name == "summary.json":
+                with open(path) as fh:
+                    summary = json.load(fh)
+                text = json.dumps(summary, separators=(",", ":"), allow_nan=False) + "\n"
+                atomic_write_text(path, text)
+                before += size
+                after += len(text.encode())
+    return before, after
+
+
 # ------------------------------------------------------------------------------------------
 # CLI
 # ------------------------------------------------------------------------------------------
@@ -586,7 +617,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m marl.experiments.persist",
         usage="%(prog)s SRC DEST [--policies[=VARIANTS]] [--at-env-steps N ...]\n"
         "       %(prog)s --in-place DIR [--policies[=VARIANTS]] [--at-env-steps N ...]\n"
-        "       %(prog)s --restore DIR OUT",
+        "       %(prog)s --restore DIR OUT\n"
+        "       %(prog)s --reports DIR",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Keep a marl.compare study's finished runs in the repository, compactly:\n"
         "per run config.yaml, eval.json, finished.json and metrics.jsonl.xz (every row of its\n"
@@ -620,6 +652,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar=("DIR", "OUT"),
         help="copy the persisted study DIR into OUT to resume it there (each log also as a "
         "plain metrics.jsonl)",
+    )
+    mode.add_argument(
+        "--reports",
+        metavar="DIR",
+        help="compact the report files under DIR (its runs/ left alone): each PNG re-encoded "
+        "with at most 256 colours, each summary.json as compact JSON of the same content; "
+        "for studies published before reports were written that way",
     )
     parser.add_argument(
         "--policies",
@@ -656,6 +695,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if any(n < 1 for n in args.at_env_steps):
         parser.error(f"--at-env-steps takes positive env-step counts, got {args.at_env_steps}")
+    if args.reports:
+        if args.paths or args.policies is not None or args.at_env_steps:
+            parser.error("--reports takes DIR alone")
+        try:
+            before, after = compact_reports(args.reports)
+        except (PersistError, OSError, ValueError) as exc:
+            parser.exit(2, f"{parser.prog}: error: {exc}\n")
+        print(
+            f"persist: report files under {args.reports}: {before / 1e6:.2f} MB -> "
+            f"{after / 1e6:.2f} MB"
+        )
+        return 0
     if args.in_place or args.restore:
         if args.paths:
             parser.error(f"unexpected argument(s) {' '.join(args.paths)} (SRC DEST take no mode)")
