@@ -37,7 +37,7 @@ import gymnasium  # noqa: E402
 from mpe2 import simple_spread_v3  # noqa: E402
 
 from envs import multisearch_v0  # noqa: E402
-from marl.envapi import make_vector_env  # noqa: E402
+from marl.adapters.envapi import make_vector_env  # noqa: E402
 
 POOL = 32  # pre-drawn action batches, cycled
 SPREAD = {"N": 3, "max_cycles": 25}

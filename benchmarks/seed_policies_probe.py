@@ -10,8 +10,8 @@ Modes (seed k sees the same inputs in each):
 
 * ``loop``: S single-seed ``MultiAgentPolicy`` / ``CentralCritic`` called one after another
   (S single-seed runs);
-* ``stacked``: one :class:`marl.seed_policies.SeedMultiAgentPolicy` /
-  :class:`~marl.seed_policies.SeedCentralCritic` call for all seeds (mamba and mamba2: the
+* ``stacked``: one :class:`marl.models.seed_policies.SeedMultiAgentPolicy` /
+  :class:`~marl.models.seed_policies.SeedCentralCritic` call for all seeds (mamba and mamba2: the
   unbatched path, which loops over the seeds inside the module).
 
 Every (workload, S, mode) is timed once per round, all of them interleaved, the order
@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # numba's pool sized to the one torch thread, as the trainer sizes it (marl.run.numba_pool)
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
-from marl.policies import AgentLayout, TypeSpec  # noqa: E402
-from marl.seed_policies import build_seed_policies, seed_neg_gumbel_noise  # noqa: E402
+from marl.models.policies import AgentLayout, TypeSpec  # noqa: E402
+from marl.models.seed_policies import build_seed_policies, seed_neg_gumbel_noise  # noqa: E402
 from seqmodels.kernels.allocator import set_malloc_thresholds  # noqa: E402
 from seqmodels.kernels.numba_runtime import (  # noqa: E402
     auto_threading_layer,

@@ -3,7 +3,7 @@
 Throughput (one process, same run): agent-steps per second of
 
 - ``env``: the vector env stepped with uniformly random *allowed* actions (the ceiling),
-- ``rollout``: :class:`marl.collect.RolloutCollector` with the MAPPO actors and critic,
+- ``rollout``: :class:`marl.rollout.collect.RolloutCollector` with the MAPPO actors and critic,
 - ``train``: full MAPPO iterations (rollout + advantages + policy and value updates),
 - ``train-seq``: the same with ``--parallel-update false`` (the update's independent parts, the
   critic's epochs and each agent type's actor, one after another instead of in threads;

@@ -81,7 +81,7 @@ def activation(name: str) -> nn.Module:
     return _ACTIVATIONS[name]()
 
 
-# alias: marl.policies imports this name, and the backbones' ``activation`` argument shadows
+# alias: marl.models.policies imports this name, and the backbones' ``activation`` argument shadows
 # the function inside their constructors
 _activation = activation
 

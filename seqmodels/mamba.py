@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -172,6 +173,19 @@ def _check_backend(backend: str) -> str:
     return backend
 
 
+def _check_positive_ints(**values: object) -> None:
+    """A ValueError naming the first of ``values`` (in order) that is not a positive int."""
+    for name, value in values.items():
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _check_dt_range(dt_min: float, dt_max: float) -> None:
+    """A ValueError unless ``0 < dt_min <= dt_max`` (the range of the initial step sizes)."""
+    if not 0 < dt_min <= dt_max:
+        raise ValueError(f"need 0 < dt_min <= dt_max, got dt_min={dt_min}, dt_max={dt_max}")
+
+
 # --------------------------------------------------------------------------------------------
 # Mamba (mamba_simple.py)
 # --------------------------------------------------------------------------------------------
@@ -214,15 +228,12 @@ class Mamba(nn.Module):
     ) -> None:
         factory = {"device": device, "dtype": dtype}
         super().__init__()
-        for name, value in (("d_model", d_model), ("d_state", d_state), ("d_conv", d_conv)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        _check_positive_ints(d_model=d_model, d_state=d_state, d_conv=d_conv)
         if dt_rank != "auto" and (not isinstance(dt_rank, int) or dt_rank < 1):
             raise ValueError(f"dt_rank must be 'auto' or a positive int, got {dt_rank!r}")
         if dt_init not in ("random", "constant"):
             raise ValueError(f"dt_init must be 'random' or 'constant', got {dt_init!r}")
-        if not 0 < dt_min <= dt_max:
-            raise ValueError(f"need 0 < dt_min <= dt_max, got dt_min={dt_min}, dt_max={dt_max}")
+        _check_dt_range(dt_min, dt_max)
         self.d_model = d_model
         self.d_state = d_state
         self.d_conv = d_conv
@@ -511,16 +522,14 @@ class Mamba2(nn.Module):
                 "process_group (tensor parallelism) is not supported by seqmodels.Mamba2; "
                 "pass process_group=None"
             )
-        for name, value in (
-            ("d_model", d_model),
-            ("d_state", d_state),
-            ("d_conv", d_conv),
-            ("headdim", headdim),
-            ("ngroups", ngroups),
-            ("chunk_size", chunk_size),
-        ):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        _check_positive_ints(
+            d_model=d_model,
+            d_state=d_state,
+            d_conv=d_conv,
+            headdim=headdim,
+            ngroups=ngroups,
+            chunk_size=chunk_size,
+        )
         self.d_model = d_model
         self.d_state = d_state
         self.d_conv = d_conv
@@ -548,8 +557,7 @@ class Mamba2(nn.Module):
             )
         if not (A_init_range[0] > 0 and A_init_range[1] >= A_init_range[0]):
             raise ValueError(f"A_init_range must satisfy 0 < low <= high, got {A_init_range}")
-        if not 0 < dt_min <= dt_max:
-            raise ValueError(f"need 0 < dt_min <= dt_max, got dt_min={dt_min}, dt_max={dt_max}")
+        _check_dt_range(dt_min, dt_max)
         if not dt_limit[0] < dt_limit[1]:
             raise ValueError(f"dt_limit must be (low, high) with low < high, got {dt_limit}")
         self.D_has_hdim = D_has_hdim
@@ -561,22 +569,37 @@ class Mamba2(nn.Module):
         self.use_mem_eff_path = use_mem_eff_path
         self.layer_idx = layer_idx
         self.backend = _check_backend(backend)
+        self._init_layers(A_init_range, dt_min, dt_max, dt_init_floor, bias, conv_bias, factory)
 
+    def _init_layers(
+        self,
+        A_init_range: tuple[float, float],
+        dt_min: float,
+        dt_max: float,
+        dt_init_floor: float,
+        bias: bool,
+        conv_bias: bool,
+        factory: dict[str, Any],
+    ) -> None:
+        """Create and initialise the layers and parameters (as mamba-ssm, in its order), once
+        ``__init__`` has set the sizes; ``factory`` holds ``device`` and ``dtype``."""
+        d_model, d_state, ngroups = self.d_model, self.d_state, self.ngroups
+        device, dtype = factory["device"], factory["dtype"]
         # order of in_proj outputs: [z0, x0, z, xBC, dt]
         d_in_proj = 2 * self.d_inner + 2 * ngroups * d_state + self.nheads
         self.in_proj = nn.Linear(d_model, d_in_proj, bias=bias, **factory)
-        conv_dim = self.d_ssm + 2 * ngroups * d_state
+        conv_dim = self.conv_dim
         self.conv1d = nn.Conv1d(
             conv_dim,
             conv_dim,
-            kernel_size=d_conv,
+            kernel_size=self.d_conv,
             groups=conv_dim,
-            padding=d_conv - 1,
+            padding=self.d_conv - 1,
             bias=conv_bias,
             **factory,
         )
-        if conv_init is not None:
-            nn.init.uniform_(self.conv1d.weight, -conv_init, conv_init)
+        if self.conv_init is not None:
+            nn.init.uniform_(self.conv1d.weight, -self.conv_init, self.conv_init)
         self.act = nn.SiLU()
 
         self.dt_bias = nn.Parameter(
@@ -586,13 +609,15 @@ class Mamba2(nn.Module):
         A = torch.empty(self.nheads, dtype=torch.float32, device=device).uniform_(*A_init_range)
         self.A_log = nn.Parameter(torch.log(A).to(dtype=dtype))
         self.A_log._no_weight_decay = True  # type: ignore[attr-defined]
-        self.D = nn.Parameter(torch.ones(self.d_ssm if D_has_hdim else self.nheads, device=device))
+        self.D = nn.Parameter(
+            torch.ones(self.d_ssm if self.D_has_hdim else self.nheads, device=device)
+        )
         self.D._no_weight_decay = True  # type: ignore[attr-defined]
-        if rmsnorm:
+        if self.rmsnorm:
             self.norm = RMSNormGated(
                 self.d_ssm,
                 eps=1e-5,
-                norm_before_gate=norm_before_gate,
+                norm_before_gate=self.norm_before_gate,
                 group_size=self.d_ssm // ngroups,
                 **factory,
             )

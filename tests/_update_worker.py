@@ -22,7 +22,7 @@ import torch
 
 from marl.algos.ppo import ClipPPOObjective, Minibatch, PolicyUpdate, PPOLossConfig
 from marl.core.losses import OptimismOffset, ValueNorm
-from marl.policies import AgentLayout, MultiAgentPolicy, TypeSpec
+from marl.models.policies import AgentLayout, MultiAgentPolicy, TypeSpec
 from marl.run.distributed import DistContext, init_distributed, shutdown
 
 LAYOUT = AgentLayout(

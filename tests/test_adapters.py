@@ -1,4 +1,4 @@
-"""The adapter for outside envs (marl.adapters via marl.envapi.make_vector_env).
+"""The adapter for outside envs (marl.adapters via marl.adapters.envapi.make_vector_env).
 
 References are independent of the adapter: the native multisearch vector env, and single
 Gymnasium / PettingZoo envs stepped by hand in a plain loop.
@@ -18,8 +18,8 @@ from pettingzoo import ParallelEnv
 
 from envs import multisearch_v0
 from marl.adapters import AdaptedVectorEnv, UnsupportedSpaceError, make_encoder
-from marl.envapi import make_vector_env
-from marl.policies import AgentLayout
+from marl.adapters.envapi import make_vector_env
+from marl.models.policies import AgentLayout
 
 MS = "envs.multisearch_v0:"
 #: small worlds where random rescuers sometimes collect everything (terminations) and the

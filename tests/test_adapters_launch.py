@@ -197,7 +197,7 @@ def test_group_sigterm_checkpoints_and_leaves_no_adapter_workers(tmp_path):
 
 
 BUSY_WORKERS = """
-from marl.envapi import make_vector_env
+from marl.adapters.envapi import make_vector_env
 
 if __name__ == "__main__":  # spawn re-imports the main module in the workers
     kwargs = {"step_s": 60.0, "adapter_workers": 2, "adapter_max_cycles": 5}

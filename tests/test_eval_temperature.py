@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from envs import multisearch_v0
-from marl.policies import AgentLayout, MaskedCategorical, MultiAgentPolicy
+from marl.models.policies import AgentLayout, MaskedCategorical, MultiAgentPolicy
 from marl.run.evaluate import evaluate_policy
 
 ENV = "envs.multisearch_v0:vector_env"

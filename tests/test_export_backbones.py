@@ -164,7 +164,7 @@ def test_torchscript_step_functions_match_load_policy(run, tmp_path):
 @pytest.mark.parametrize("backbone", ["mamba", "mamba2"])
 def test_mamba_export_traces_the_reference_step_of_a_copy(backbone):
     from marl.export import ExportedActor
-    from marl.policies import AgentLayout, MultiAgentPolicy
+    from marl.models.policies import AgentLayout, MultiAgentPolicy
 
     layout = AgentLayout.from_env(multisearch_v0.vector_env(1, **ENV))
     actor = MultiAgentPolicy(layout, backbone, 16).actors["scout"]
@@ -182,7 +182,7 @@ def test_a_backbone_registered_after_import_exports():
     marl.export was imported exports (its step equals the actor's), and one that declares no
     export_state_names is refused with the exportable ones named."""
     from marl.export import ExportedActor
-    from marl.policies import AgentLayout, MultiAgentPolicy
+    from marl.models.policies import AgentLayout, MultiAgentPolicy
     from seqmodels.backbones import BACKBONES, BackboneSpec, MLPBackbone, register_backbone
 
     def build(input_dim, hidden_dim, **kw):

@@ -88,7 +88,7 @@ def test_group_seeds_distinct_across_updates_and_ranks():
 @pytest.fixture(scope="module")
 def tiny_batch():
     from envs.multisearch_v0 import vector_env
-    from marl.policies import AgentLayout, MultiAgentPolicy
+    from marl.models.policies import AgentLayout, MultiAgentPolicy
 
     P, G = 3, 4
     vec = vector_env(P * G, autoreset=False, **TINY_ENV)
@@ -458,7 +458,7 @@ def test_episode_units_reproduce_rollout_log_probs(backbone):
     """The update recomputes log-probs over whole episodes ([E, T], reset at t=0): at valid
     steps they equal the log-probs sampled step by step during collection (ratio 1)."""
     from envs.multisearch_v0 import vector_env
-    from marl.policies import AgentLayout, MultiAgentPolicy
+    from marl.models.policies import AgentLayout, MultiAgentPolicy
 
     vec = vector_env(6, autoreset=False, **TINY_ENV)
     layout = AgentLayout.from_env(vec)

@@ -20,7 +20,7 @@ from marl.algos.ppo import (
     window_plan,
 )
 from marl.core.whitening import AdvantageWhitener
-from marl.policies import AgentLayout, MultiAgentPolicy
+from marl.models.policies import AgentLayout, MultiAgentPolicy
 from marl.run.config import ConfigError, build_parser, config_to_dict, parse_cli
 
 FAKE = "test_train_fakeenv:vector_env"

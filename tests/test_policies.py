@@ -1,4 +1,4 @@
-"""Masked categorical, actors and critic of marl.policies."""
+"""Masked categorical, actors and critic of marl.models.policies."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 from test_train_fakeenv import vector_env
 
-from marl.policies import (
+from marl.models.policies import (
     AgentLayout,
     CentralCritic,
     MaskedCategorical,

@@ -11,7 +11,7 @@ import torch
 import marl
 from envs import multisearch_v0
 from marl.export import ExportedActor, export_policy
-from marl.policies import AgentLayout, MultiAgentPolicy
+from marl.models.policies import AgentLayout, MultiAgentPolicy
 from marl.run.train import main as train_main
 
 TINY = ["--num-envs", "8", "--rollout-steps", "8", "--total-steps", "128", "--progress", "false",

@@ -27,7 +27,7 @@ from marl.algos.ppo import (
     chunked_loss_and_backward,
 )
 from marl.core.losses import OptimismOffset
-from marl.policies import MultiAgentPolicy
+from marl.models.policies import MultiAgentPolicy
 
 
 def _hand_loss(policy, offset_b, units):

@@ -1,4 +1,4 @@
-"""marl.seed_collect: S seeds' rollouts in one collector against single-seed references.
+"""marl.rollout.seed_collect: S seeds' rollouts in one collector against single-seed references.
 
 References, one torch thread:
 
@@ -19,14 +19,14 @@ import numpy as np
 import pytest
 import torch
 
+from marl.adapters.envapi import make_vector_env
 from marl.algos.mappo import MAPPO
 from marl.algos.ppo import window_plan
-from marl.collect import RolloutBatch
-from marl.envapi import make_vector_env
-from marl.policies import AgentLayout
+from marl.models.policies import AgentLayout
+from marl.models.seed_policies import SeedCentralCritic, build_seed_policies
+from marl.rollout.collect import RolloutBatch
+from marl.rollout.seed_collect import SeedRolloutBatch, SeedRolloutCollector
 from marl.run.config import TrainConfig, validate_config
-from marl.seed_collect import SeedRolloutBatch, SeedRolloutCollector
-from marl.seed_policies import SeedCentralCritic, build_seed_policies
 
 FAKE = "test_train_fakeenv:vector_env"
 SEEDS = [0, 1, 2]
@@ -138,7 +138,7 @@ def test_each_seed_equals_mappo_single_seed_collector(
     stacked critic the values agree to float32 rounding (``SeedCentralCritic`` runs
     ``baddbmm`` where ``CentralCritic`` runs ``addmm``) and everything else stays bit-equal.
     With 3 envs the stacked actor's logits differ from the single-seed actor's in the last
-    bit (the batched GEMM again, :mod:`marl.seed_policies`): log-probs and actor states to
+    bit (the batched GEMM again, :mod:`marl.models.seed_policies`): log-probs and actor states to
     rounding, the actions (same noise) and the env data still bit-equal."""
     exact_policy = num_envs == 4
     cfg = make_cfg(backbone, num_envs=num_envs)

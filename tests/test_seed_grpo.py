@@ -17,9 +17,9 @@ from marl.algos.grpo import GRPO, collect_group_episodes, group_seeds
 from marl.algos.ppo import Minibatch
 from marl.algos.seed_grpo import SeedGRPO, pad_episodes
 from marl.algos.seeds import seeded_build
-from marl.collect import GroupBatch
+from marl.rollout.collect import GroupBatch
+from marl.rollout.seed_collect import collect_seed_group_episodes
 from marl.run.config import TrainConfig, validate_config
-from marl.seed_collect import collect_seed_group_episodes
 from marl.train import main as train_main
 
 TINY_ENV = {"grid_size": 8, "max_cycles": 30, "n_targets": 2, "n_scouts": 1, "n_rescuers": 2}

@@ -159,7 +159,7 @@ def metrics(run_dir: str) -> list[dict]:
 
 
 def test_cli_writes_a_complete_run_directory_per_seed_and_resumes_exactly(tmp_path) -> None:
-    from marl.policy_api import load_policy
+    from marl.run.policy_api import load_policy
 
     whole, part = str(tmp_path / "whole"), str(tmp_path / "part")
     assert train_main(cli(whole, "--seeds", "3,5", "--total-steps", "128")) == 0

@@ -1,6 +1,6 @@
-"""marl.seed_policies: seed-stacked actors and critic against S single-seed modules.
+"""marl.models.seed_policies: seed-stacked actors and critic against S single-seed modules.
 
-References are the single-seed modules of marl.policies, each called on its own seed's
+References are the single-seed modules of marl.models.policies, each called on its own seed's
 inputs. Two kinds of equality (one torch thread, the many-seeds setting):
 
 - seed k in a stack of 5 and seed k in a stack of one: bit-equal (``torch.equal``), for
@@ -21,9 +21,8 @@ from test_train_fakeenv import vector_env
 
 from marl.algos.grpo import GRPO
 from marl.algos.mappo import MAPPO
-from marl.policies import AgentLayout, CentralCritic, MultiAgentPolicy, TypeActor
-from marl.run.config import TrainConfig, validate_config
-from marl.seed_policies import (
+from marl.models.policies import AgentLayout, CentralCritic, MultiAgentPolicy, TypeActor
+from marl.models.seed_policies import (
     SeedCentralCritic,
     SeedGRUBackbone,
     SeedLoopBackbone,
@@ -35,6 +34,7 @@ from marl.seed_policies import (
     stack_critics,
     stack_policies,
 )
+from marl.run.config import TrainConfig, validate_config
 
 RTOL, ATOL = 1e-5, 1e-6
 GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-6

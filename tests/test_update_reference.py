@@ -36,8 +36,8 @@ from torch import Tensor
 from marl.algos.grpo import GRPO, episode_units, group_seeds
 from marl.algos.mappo import MAPPO
 from marl.algos.ppo import PPOLossConfig
-from marl.collect import collect_group_episodes
 from marl.core.losses import ValueNorm, ppo_stats, ppo_surrogate
+from marl.rollout.collect import collect_group_episodes
 from marl.run.config import TrainConfig, validate_config
 
 FAKE = "test_train_fakeenv:vector_env"

@@ -21,7 +21,7 @@ import torch
 
 from marl.algos.ppo import PolicyUpdate
 from marl.algos.value_update import ValueTargets, ValueUpdate
-from marl.policies import CentralCritic
+from marl.models.policies import CentralCritic
 
 D, N, K, M = 6, 3, 2, 40
 LR, MAX_NORM, CLIP = 3e-3, 0.5, 0.2

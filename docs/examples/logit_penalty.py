@@ -24,7 +24,7 @@ from marl.algos import register_algorithm
 from marl.algos.base import config_field
 from marl.algos.mappo import MAPPO, MAPPOConfig
 from marl.algos.ppo import Minibatch, per_run_sum
-from marl.policies import TypeActor
+from marl.models.policies import TypeActor
 
 
 def logit_penalty(

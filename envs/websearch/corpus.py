@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -124,16 +125,66 @@ def build_corpus(config: WebSearchConfig) -> Corpus:
 
 @functools.lru_cache(maxsize=8)
 def _build_corpus_cached(key: tuple) -> Corpus:
+    """The corpus of the corpus arguments ``key`` (``CORPUS_FIELDS`` order): the vocabulary,
+    the documents and their bags of words, the BM25 and concept indexes, then the kernels'
+    packed buffers. The helpers draw from ``corpus_seed``'s generator in this order."""
     p = dict(zip(CORPUS_FIELDS, key, strict=True))
     rng = np.random.default_rng(p["corpus_seed"])
-    n_ent, n_asp, n_var = p["n_entities"], p["n_aspects"], p["n_variants"]
-    ape = p["attributes_per_entity"]
+    vocab = _vocabulary(p)
+    n_concepts = int(vocab["kind_start"][-1])
+    n_terms = int(vocab["concept_nforms"].sum())
+    docs = _documents(p, rng)
+    n_docs = docs["doc_entity"].size
+    bags = _bags_of_words(p, rng, vocab, docs, n_terms)
+    avgdl, idf_max, bm25 = _bm25_index(n_docs, n_terms, bags)
+    concepts = _concept_index(
+        n_docs, n_concepts, vocab["term_concept"], vocab["concept_kind"], bags
+    )
+    arrays = dict(
+        **vocab,
+        entity_category=docs["entity_category"].astype(np.int64),
+        entity_brand=docs["entity_brand"].astype(np.int64),
+        entity_attributes=docs["entity_attributes"].astype(np.int64),
+        doc_entity=docs["doc_entity"].astype(np.int64),
+        doc_aspect=docs["doc_aspect"].astype(np.int64),
+        doc_variant=docs["doc_variant"].astype(np.int64),
+        doc_detail=docs["doc_detail"].astype(np.int64),
+        doc_ptr=bags["doc_ptr"].astype(np.int64),
+        doc_terms=bags["doc_terms"].astype(np.int64),
+        doc_tf=bags["doc_tf"],
+        doc_wterms=bm25["doc_wterms"].astype(np.int64),
+        doc_len=bags["doc_len"],
+        df=bm25["df"],
+        idf=bm25["idf"],
+        post_ptr=bm25["post_ptr"].astype(np.int64),
+        post_doc=bm25["post_doc"].astype(np.int64),
+        post_w=bm25["post_w"],
+        post_rank=bm25["post_rank"].astype(np.int64),
+        **{name: value.astype(np.int64) for name, value in concepts.items()},
+    )
+    _pack_kernel_arrays(arrays)
+    for value in arrays.values():
+        value.setflags(write=False)
+    return Corpus(
+        n_docs=n_docs,
+        n_terms=n_terms,
+        n_concepts=n_concepts,
+        idf_max=idf_max,
+        avgdl=avgdl,
+        **arrays,
+    )
+
+
+def _vocabulary(p: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The concepts laid out by kind and their word forms (terms), no draws: ``kind_start``
+    [8], ``concept_kind``/``concept_nforms``/``concept_term0`` [n_concepts], ``term_concept``
+    and ``term_hash`` (the term's feature-hash bucket) [n_terms]."""
     counts = [
         p["n_categories"],
         p["n_brands"],
-        n_ent,
+        p["n_entities"],
         p["n_attributes"],
-        n_asp * ASPECT_CONCEPTS,
+        p["n_aspects"] * ASPECT_CONCEPTS,
         p["n_details"],
         p["n_noise_terms"],
     ]
@@ -146,28 +197,60 @@ def _build_corpus_cached(key: tuple) -> Corpus:
     term_concept = np.repeat(np.arange(n_concepts), concept_nforms).astype(np.int64)
     term_hash = (np.arange(n_terms, dtype=np.uint64) * np.uint64(2654435761)) % np.uint64(2**32)
     term_hash = (term_hash % np.uint64(HASH_DIM)).astype(np.int64)
+    return dict(
+        concept_kind=concept_kind,
+        concept_nforms=concept_nforms,
+        concept_term0=concept_term0,
+        term_concept=term_concept,
+        term_hash=term_hash,
+        kind_start=kind_start,
+    )
 
+
+def _documents(p: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The entities (drawn ``entity_category``/``entity_brand`` [n_entities], and
+    ``entity_attributes`` [n_entities, attributes_per_entity]) and the documents' ``doc_entity``,
+    ``doc_aspect``, ``doc_variant`` and drawn ``doc_detail`` [n_docs] (distinct among the
+    variants of an entity's aspect), ``d = (entity * n_aspects + aspect) * n_variants +
+    variant``."""
+    n_ent, n_asp, n_var = p["n_entities"], p["n_aspects"], p["n_variants"]
     entity_category = rng.integers(0, p["n_categories"], n_ent)
     entity_brand = rng.integers(0, p["n_brands"], n_ent)
-    entity_attributes = np.argsort(rng.random((n_ent, p["n_attributes"])), axis=1)[:, :ape]
-    n_docs = n_ent * n_asp * n_var
-    doc_ids = np.arange(n_docs)
-    doc_entity = doc_ids // (n_asp * n_var)
-    doc_aspect = (doc_ids // n_var) % n_asp
-    doc_variant = doc_ids % n_var
+    entity_attributes = np.argsort(rng.random((n_ent, p["n_attributes"])), axis=1)[
+        :, : p["attributes_per_entity"]
+    ]
+    doc_ids = np.arange(n_ent * n_asp * n_var)
     details = np.argsort(rng.random((n_ent * n_asp, p["n_details"])), axis=1)[:, :n_var]
-    doc_detail = details.reshape(-1)
+    return dict(
+        entity_category=entity_category,
+        entity_brand=entity_brand,
+        entity_attributes=entity_attributes,
+        doc_entity=doc_ids // (n_asp * n_var),
+        doc_aspect=(doc_ids // n_var) % n_asp,
+        doc_variant=doc_ids % n_var,
+        doc_detail=details.reshape(-1),
+    )
 
-    # content concepts of each document slot, and their term frequencies
+
+def _content_slots(
+    p: dict[str, Any], rng: np.random.Generator, kind_start: np.ndarray, docs: dict[str, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each document's content concepts and their drawn term frequencies, both [n_docs,
+    slots]: category, brand, model, the entity's attributes (each present with probability
+    0.8), the aspect's concepts, the detail."""
+    ape = p["attributes_per_entity"]
+    doc_entity, n_docs = docs["doc_entity"], docs["doc_entity"].size
     slots = 3 + ape + ASPECT_CONCEPTS + 1
     concepts = np.empty((n_docs, slots), dtype=np.int64)
-    concepts[:, 0] = kind_start[KIND_CATEGORY] + entity_category[doc_entity]
-    concepts[:, 1] = kind_start[KIND_BRAND] + entity_brand[doc_entity]
+    concepts[:, 0] = kind_start[KIND_CATEGORY] + docs["entity_category"][doc_entity]
+    concepts[:, 1] = kind_start[KIND_BRAND] + docs["entity_brand"][doc_entity]
     concepts[:, 2] = kind_start[KIND_MODEL] + doc_entity
-    concepts[:, 3 : 3 + ape] = kind_start[KIND_ATTRIBUTE] + entity_attributes[doc_entity]
+    concepts[:, 3 : 3 + ape] = kind_start[KIND_ATTRIBUTE] + docs["entity_attributes"][doc_entity]
     for j in range(ASPECT_CONCEPTS):
-        concepts[:, 3 + ape + j] = kind_start[KIND_ASPECT] + doc_aspect * ASPECT_CONCEPTS + j
-    concepts[:, -1] = kind_start[KIND_DETAIL] + doc_detail
+        concepts[:, 3 + ape + j] = (
+            kind_start[KIND_ASPECT] + docs["doc_aspect"] * ASPECT_CONCEPTS + j
+        )
+    concepts[:, -1] = kind_start[KIND_DETAIL] + docs["doc_detail"]
     tf = np.empty((n_docs, slots), dtype=np.int64)
     tf[:, 0] = 1 + (rng.random(n_docs) < 0.4)
     tf[:, 1] = rng.integers(1, 4, n_docs)
@@ -176,18 +259,36 @@ def _build_corpus_cached(key: tuple) -> Corpus:
     tf[:, 3 : 3 + ape] = present * (1 + (rng.random((n_docs, ape)) < 0.3))
     tf[:, 3 + ape : 3 + ape + ASPECT_CONCEPTS] = rng.integers(1, 4, (n_docs, ASPECT_CONCEPTS))
     tf[:, -1] = rng.integers(1, 3, n_docs)
+    return concepts, tf
+
+
+def _bags_of_words(
+    p: dict[str, Any],
+    rng: np.random.Generator,
+    vocab: dict[str, np.ndarray],
+    docs: dict[str, np.ndarray],
+    n_terms: int,
+) -> dict[str, np.ndarray]:
+    """Each document's bag of words: its content concepts' occurrences (:func:`_content_slots`),
+    each under a drawn word form (canonical with probability ``p_canonical``, else a uniform
+    synonym), and drawn noise words (Zipf(1) over the noise vocabulary). Returns, one entry
+    per (document, term) with documents then terms ascending, ``bag_doc``, ``doc_terms`` and
+    ``doc_tf``, with ``doc_ptr`` [n_docs + 1] and ``doc_len`` [n_docs]."""
+    kind_start, concept_term0 = vocab["kind_start"], vocab["concept_term0"]
+    concepts, tf = _content_slots(p, rng, kind_start, docs)
+    n_docs, slots = concepts.shape
+    doc_ids = np.arange(n_docs)
     occ_concept = np.repeat(concepts.ravel(), tf.ravel())
     occ_doc = np.repeat(np.repeat(doc_ids, slots), tf.ravel())
     u_form = rng.random(occ_concept.size)
     u_syn = rng.random(occ_concept.size)
-    nforms = concept_nforms[occ_concept]
+    nforms = vocab["concept_nforms"][occ_concept]
     form = np.where(
         (u_form < p["p_canonical"]) | (nforms == 1),
         0,
         1 + np.minimum((u_syn * (nforms - 1)).astype(np.int64), nforms - 2),
     )
     occ_term = concept_term0[occ_concept] + form
-    # noise words: Zipf(1) over the noise vocabulary
     lo = p["doc_noise"] // 2
     n_noise_tok = rng.integers(lo, p["doc_noise"] + lo + 1, n_docs)
     zipf = 1.0 / np.arange(1, p["n_noise_terms"] + 1)
@@ -197,17 +298,29 @@ def _build_corpus_cached(key: tuple) -> Corpus:
     all_term = np.concatenate([occ_term, noise_term])
     keys, doc_tf = np.unique(all_doc * n_terms + all_term, return_counts=True)
     bag_doc = keys // n_terms
-    doc_terms = keys % n_terms
     doc_tf = doc_tf.astype(np.int64)
-    doc_ptr = np.concatenate([[0], np.cumsum(np.bincount(bag_doc, minlength=n_docs))])
-    doc_len = np.bincount(bag_doc, weights=doc_tf, minlength=n_docs).astype(np.int64)
+    return dict(
+        bag_doc=bag_doc,
+        doc_terms=keys % n_terms,
+        doc_tf=doc_tf,
+        doc_ptr=np.concatenate([[0], np.cumsum(np.bincount(bag_doc, minlength=n_docs))]),
+        doc_len=np.bincount(bag_doc, weights=doc_tf, minlength=n_docs).astype(np.int64),
+    )
 
-    # BM25 (Okapi, Lucene's idf): w(t, d) = idf(t) tf (k1 + 1) / (tf + k1 (1 - b + b dl/avgdl))
+
+def _bm25_index(
+    n_docs: int, n_terms: int, bags: dict[str, np.ndarray]
+) -> tuple[float, float, dict[str, np.ndarray]]:
+    """The BM25 index of the bags of words (Okapi, Lucene's idf): ``w(t, d) = idf(t) tf (k1 +
+    1) / (tf + k1 (1 - b + b dl/avgdl))``. Returns ``avgdl``, ``idf_max`` and the arrays ``df``,
+    ``idf`` [n_terms], the postings ``post_ptr``/``post_doc``/``post_w``/``post_rank`` (see
+    :class:`Corpus`) and ``doc_wterms``."""
+    bag_doc, doc_terms, doc_len = bags["bag_doc"], bags["doc_terms"], bags["doc_len"]
     avgdl = float(doc_len.sum()) / n_docs
     df = np.bincount(doc_terms, minlength=n_terms).astype(np.int64)
     idf = np.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
     idf_max = float(np.log(1.0 + (n_docs + 0.5) / 0.5))
-    tf_f = doc_tf.astype(np.float64)
+    tf_f = bags["doc_tf"].astype(np.float64)
     norm = BM25_K1 * (1.0 - BM25_B + BM25_B * doc_len[bag_doc] / avgdl)
     weight = idf[doc_terms] * (tf_f * (BM25_K1 + 1.0)) / (tf_f + norm)
     order = np.argsort(doc_terms, kind="stable")
@@ -220,49 +333,47 @@ def _build_corpus_cached(key: tuple) -> Corpus:
     post_rank = np.empty_like(post_doc)
     post_rank[by_weight] = np.arange(post_doc.size) - np.repeat(post_ptr[:-1], df)
     worder = np.lexsort((doc_terms, -weight, bag_doc))
-    doc_wterms = doc_terms[worder]
+    arrays = dict(
+        df=df,
+        idf=idf,
+        post_ptr=post_ptr,
+        post_doc=post_doc,
+        post_w=post_w,
+        post_rank=post_rank,
+        doc_wterms=doc_terms[worder],
+    )
+    return avgdl, idf_max, arrays
 
-    # content concepts per document and documents per concept
-    con = term_concept[doc_terms]
+
+def _concept_index(
+    n_docs: int,
+    n_concepts: int,
+    term_concept: np.ndarray,
+    concept_kind: np.ndarray,
+    bags: dict[str, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """Each document's content concepts (not noise), ascending (``dcon_ptr``/``dcon``), and
+    the documents containing each concept (``con_ptr``/``con_docs``)."""
+    bag_doc = bags["bag_doc"]
+    con = term_concept[bags["doc_terms"]]
     content = concept_kind[con] != KIND_NOISE
     ckeys = np.unique(bag_doc[content] * n_concepts + con[content])
     dcon_doc = ckeys // n_concepts
     dcon = ckeys % n_concepts
-    dcon_ptr = np.concatenate([[0], np.cumsum(np.bincount(dcon_doc, minlength=n_docs))])
     corder = np.argsort(dcon, kind="stable")
-    con_docs = dcon_doc[corder]
-    con_ptr = np.concatenate([[0], np.cumsum(np.bincount(dcon, minlength=n_concepts))])
-
-    arrays = dict(
-        concept_kind=concept_kind,
-        concept_nforms=concept_nforms,
-        concept_term0=concept_term0,
-        term_concept=term_concept,
-        term_hash=term_hash,
-        kind_start=kind_start,
-        entity_category=entity_category.astype(np.int64),
-        entity_brand=entity_brand.astype(np.int64),
-        entity_attributes=entity_attributes.astype(np.int64),
-        doc_entity=doc_entity.astype(np.int64),
-        doc_aspect=doc_aspect.astype(np.int64),
-        doc_variant=doc_variant.astype(np.int64),
-        doc_detail=doc_detail.astype(np.int64),
-        doc_ptr=doc_ptr.astype(np.int64),
-        doc_terms=doc_terms.astype(np.int64),
-        doc_tf=doc_tf,
-        doc_wterms=doc_wterms.astype(np.int64),
-        doc_len=doc_len,
-        df=df,
-        idf=idf,
-        post_ptr=post_ptr.astype(np.int64),
-        post_doc=post_doc.astype(np.int64),
-        post_w=post_w,
-        post_rank=post_rank.astype(np.int64),
-        dcon_ptr=dcon_ptr.astype(np.int64),
-        dcon=dcon.astype(np.int64),
-        con_ptr=con_ptr.astype(np.int64),
-        con_docs=con_docs.astype(np.int64),
+    return dict(
+        dcon_ptr=np.concatenate([[0], np.cumsum(np.bincount(dcon_doc, minlength=n_docs))]),
+        dcon=dcon,
+        con_ptr=np.concatenate([[0], np.cumsum(np.bincount(dcon, minlength=n_concepts))]),
+        con_docs=dcon_doc[corder],
     )
+
+
+def _pack_kernel_arrays(arrays: dict[str, np.ndarray]) -> None:
+    """Add the kernels' packed buffers to ``arrays`` (``packed_int`` with the
+    ``CORPUS_INT_FIELDS``, ``packed_float`` with ``idf`` and ``post_w``, each with its
+    offsets; see :func:`_corpus_views`) and make those named arrays views of them (one copy
+    in memory)."""
     ints = [arrays[f] for f in CORPUS_INT_FIELDS]
     floats = [arrays[f] for f in CORPUS_KERNEL_FIELDS if f not in CORPUS_INT_FIELDS]
     arrays["packed_int"] = np.concatenate(ints).astype(np.int64)
@@ -272,20 +383,10 @@ def _build_corpus_cached(key: tuple) -> Corpus:
     for packed, offsets, names in (
         ("packed_int", "packed_int_offsets", CORPUS_INT_FIELDS),
         ("packed_float", "packed_float_offsets", ("idf", "post_w")),
-    ):  # the named arrays become views of the packed buffers (one copy in memory)
+    ):
         for i, name in enumerate(names):
             lo, hi = arrays[offsets][i], arrays[offsets][i + 1]
             arrays[name] = arrays[packed][lo:hi]
-    for value in arrays.values():
-        value.setflags(write=False)
-    return Corpus(
-        n_docs=n_docs,
-        n_terms=n_terms,
-        n_concepts=n_concepts,
-        idf_max=idf_max,
-        avgdl=avgdl,
-        **arrays,
-    )
 
 
 # ---- search kernels (numba) ---------------------------------------------------------------

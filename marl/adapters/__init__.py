@@ -1,8 +1,10 @@
 """Outside environments behind the trainers' vector-env contract (docs/CONTRACTS.md section 1).
 
-:func:`marl.envapi.make_vector_env` detects what ``--env-fn module:factory`` builds and, for a
-PettingZoo ``ParallelEnv`` or a Gymnasium ``Env``, batches ``num_envs`` copies with the pieces
-here. A native vector-env factory (``envs.multisearch_v0:vector_env``) needs none of this.
+:mod:`~marl.adapters.envapi` holds that contract (the typed Protocol ``VectorEnv``) and
+:func:`~marl.adapters.envapi.make_vector_env`, which detects what ``--env-fn module:factory``
+builds and, for a PettingZoo ``ParallelEnv`` or a Gymnasium ``Env``, batches ``num_envs``
+copies with the pieces here. A native vector-env factory (``envs.multisearch_v0:vector_env``)
+needs none of them.
 
 The package, in the order a reader follows an env through it: :mod:`~marl.adapters.options`
 (the ``adapter_*`` options), :mod:`~marl.adapters.encoders` (spaces to vectors),

@@ -276,11 +276,7 @@ class CopyBatch:
         names = [a.env_name for a in agents]
         starts = [a.action_start for a in agents]
         action_rows = np.asarray(actions).tolist()
-        from_rewards = spec.reward_channels == "reward"
-        team_mode = spec.team_reward
         rows = self._zero_rows()
-        rewards_rows, active_rows = rows["rewards"], rows["active"]
-        team_rows, ind_rows, pen_rows = rows["team"], rows["individual"], rows["penalty"]
         obs_out, mask_out = self._buffers(self.n)
         final_obs, final_mask = self._buffers(self.n)  # rows of the copies reset at this step
         finals: list[int] = []
@@ -300,64 +296,10 @@ class CopyBatch:
             )
             infos = infos or {}
             self.steps[i] += 1
-            # rewards by channel
-            own = [float(rewards.get(names[j], 0.0)) for j in acting]
-            reward_row, active_row = rewards_rows[i], active_rows[i]
-            for j, r in zip(acting, own, strict=True):
-                reward_row[j] = r
-                active_row[j] = 1.0
-            channel_infos = [infos.get(names[j]) for j in acting]
-            has_channels = not from_rewards and all(
-                isinstance(info, Mapping)
-                and "reward_team" in info
-                and "reward_individual" in info
-                and "reward_penalty" in info
-                for info in channel_infos
-            )
-            if has_channels and acting:
-                if spec.team_reward_explicit and spec.reward_channels == "auto":
-                    raise ValueError(
-                        "adapter_team_reward was given, but the env reports its own reward "
-                        "channels (reward_team / reward_individual / reward_penalty infos), "
-                        "which the adapter keeps: remove adapter_team_reward, or pass "
-                        "adapter_reward_channels reward to use the rewards instead"
-                    )
-                team = [float(info["reward_team"]) for info in channel_infos]
-                team_row = team_rows[i]
-                team_row[:] = [sum(team) / len(team)] * len(agents)  # left agents: the team's
-                for k, j in enumerate(acting):
-                    team_row[j] = team[k]
-                    ind_rows[i][j] = float(channel_infos[k]["reward_individual"])
-                    pen_rows[i][j] = float(channel_infos[k]["reward_penalty"])
-            elif spec.reward_channels == "infos":
-                raise ValueError(
-                    "adapter_reward_channels infos: the env's infos lack reward_team / "
-                    "reward_individual / reward_penalty for some live agent"
-                )
-            else:
-                if team_mode == "none" or not own:
-                    team_value = 0.0
-                else:
-                    team_value = sum(own) / len(own) if team_mode == "mean" else sum(own)
-                team_rows[i][:] = [team_value] * len(agents)
-                for j, r in zip(acting, own, strict=True):
-                    ind_rows[i][j] = r
+            self._write_rewards(i, acting, names, rewards, infos, rows)
             if infos:
                 self._collect_infos(i, infos, step_infos)
-            # who is left, and whether the episode ended
-            truncated_now = False
-            done_now = set()
-            for j in acting:
-                term = bool(terms.get(names[j], False))
-                trunc = bool(truncs.get(names[j], False))
-                if term or trunc:
-                    done_now.add(j)
-                    truncated_now |= trunc and not term
-            still = [j for j in self._live_from_env(i) if j not in done_now]
-            ended = not still
-            terminated = ended and not truncated_now
-            if not ended and self.steps[i] >= spec.max_cycles:
-                ended, terminated = True, False
+            still, ended, terminated = self._episode_end(i, acting, names, terms, truncs)
             if not ended:  # agents that left: zero observation, every action allowed
                 self._write_obs(i, obs, infos, still, obs_out, mask_out)
                 self.live[i] = still
@@ -388,6 +330,91 @@ class CopyBatch:
             final_states,
         )
         return out
+
+    def _write_rewards(
+        self,
+        i: int,
+        acting: list[int],
+        names: list[str],
+        rewards: Mapping[Any, Any],
+        infos: Mapping[Any, Any],
+        rows: dict[str, list],
+    ) -> None:
+        """Copy i's rows of ``rows`` (see :meth:`_zero_rows`) from one env step: the acting
+        agents' rewards and active flags, and the team / individual / penalty channels (the
+        env's own ``reward_*`` infos where it reports them for every acting agent, else the
+        rewards split by ``spec.team_reward``)."""
+        spec = self.spec
+        n_agents = len(spec.agents)
+        own = [float(rewards.get(names[j], 0.0)) for j in acting]
+        reward_row, active_row = rows["rewards"][i], rows["active"][i]
+        team_row, ind_row, pen_row = rows["team"][i], rows["individual"][i], rows["penalty"][i]
+        for j, r in zip(acting, own, strict=True):
+            reward_row[j] = r
+            active_row[j] = 1.0
+        channel_infos = [infos.get(names[j]) for j in acting]
+        has_channels = spec.reward_channels != "reward" and all(
+            isinstance(info, Mapping)
+            and "reward_team" in info
+            and "reward_individual" in info
+            and "reward_penalty" in info
+            for info in channel_infos
+        )
+        if has_channels and acting:
+            if spec.team_reward_explicit and spec.reward_channels == "auto":
+                raise ValueError(
+                    "adapter_team_reward was given, but the env reports its own reward "
+                    "channels (reward_team / reward_individual / reward_penalty infos), "
+                    "which the adapter keeps: remove adapter_team_reward, or pass "
+                    "adapter_reward_channels reward to use the rewards instead"
+                )
+            team = [float(info["reward_team"]) for info in channel_infos]
+            team_row[:] = [sum(team) / len(team)] * n_agents  # left agents: the team's
+            for k, j in enumerate(acting):
+                team_row[j] = team[k]
+                ind_row[j] = float(channel_infos[k]["reward_individual"])
+                pen_row[j] = float(channel_infos[k]["reward_penalty"])
+        elif spec.reward_channels == "infos":
+            raise ValueError(
+                "adapter_reward_channels infos: the env's infos lack reward_team / "
+                "reward_individual / reward_penalty for some live agent"
+            )
+        else:
+            team_mode = spec.team_reward
+            if team_mode == "none" or not own:
+                team_value = 0.0
+            else:
+                team_value = sum(own) / len(own) if team_mode == "mean" else sum(own)
+            team_row[:] = [team_value] * n_agents
+            for j, r in zip(acting, own, strict=True):
+                ind_row[j] = r
+
+    def _episode_end(
+        self,
+        i: int,
+        acting: list[int],
+        names: list[str],
+        terms: Mapping[Any, Any],
+        truncs: Mapping[Any, Any],
+    ) -> tuple[list[int], bool, bool]:
+        """After copy i's step: its agents still live (sorted), whether its episode ended
+        (no agent left, or ``spec.max_cycles`` steps), and whether it terminated: it ended with
+        no acting agent truncated but not terminated, and not at the step limit (otherwise it
+        was truncated)."""
+        truncated_now = False
+        done_now = set()
+        for j in acting:
+            term = bool(terms.get(names[j], False))
+            trunc = bool(truncs.get(names[j], False))
+            if term or trunc:
+                done_now.add(j)
+                truncated_now |= trunc and not term
+        still = [j for j in self._live_from_env(i) if j not in done_now]
+        ended = not still
+        terminated = ended and not truncated_now
+        if not ended and self.steps[i] >= self.spec.max_cycles:
+            ended, terminated = True, False
+        return still, ended, terminated
 
     def _finish(
         self,

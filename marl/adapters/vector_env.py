@@ -16,8 +16,8 @@ from marl.adapters.inspection import EnvSpec
 class AdaptedVectorEnv:
     """``num_envs`` copies of a PettingZoo / Gymnasium env behind the trainers' contract.
 
-    Built by :func:`marl.envapi.make_vector_env`; ``backend`` is a :class:`CopyBatch` (in this
-    process) or a :class:`marl.adapters.workers.WorkerBatch` (worker processes). The faces
+    Built by :func:`marl.adapters.envapi.make_vector_env`; ``backend`` is a :class:`CopyBatch`
+    (in this process) or a :class:`marl.adapters.workers.WorkerBatch` (worker processes). The faces
     follow docs/CONTRACTS.md section 1; see the module doc for what maps how.
     """
 

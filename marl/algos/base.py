@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from marl.core.advantages import Schedule, constant, linear_decay
 from marl.core.whitening import GROUPING_SCHEMES, SCHEMES, AdvantageWhitener
-from marl.policies import AgentLayout, MultiAgentPolicy
+from marl.models.policies import AgentLayout, MultiAgentPolicy
 from seqmodels.backbones import TRAINER_DEFAULTS, backbone_spec
 
 __all__ = [

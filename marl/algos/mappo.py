@@ -2,7 +2,7 @@
 
 One iteration reads top to bottom in :meth:`MAPPO.iteration` and :meth:`MAPPO.update`:
 
-1. **collect** ``T`` steps from ``E`` envs (:class:`marl.collect.RolloutCollector`) with the
+1. **collect** ``T`` steps from ``E`` envs (:class:`marl.rollout.collect.RolloutCollector`) with the
    critic's team values ``[T, E, K]`` and per-agent individual values ``[T, E, N, K]``
    (K = ensemble size), and the values of truncated episodes' final states;
 2. **advantages per channel**: GAE (:func:`marl.advantages.gae`) for the team channel (team
@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from marl.adapters.envapi import make_vector_env
 from marl.algos.base import (
     BACKBONES,
     Algorithm,
@@ -60,7 +61,6 @@ from marl.algos.ppo import (
     window_plan,
 )
 from marl.algos.value_update import ValueTargets, ValueUpdate
-from marl.collect import RolloutBatch, RolloutCollector
 from marl.core.advantages import gae, shape_with_penalty
 from marl.core.losses import (
     NonFiniteError,
@@ -69,8 +69,8 @@ from marl.core.losses import (
     linear_schedule,
 )
 from marl.core.whitening import GroupKeys, advantage_stats, whiten
-from marl.envapi import make_vector_env
-from marl.policies import AgentLayout, CentralCritic, MultiAgentPolicy
+from marl.models.policies import AgentLayout, CentralCritic, MultiAgentPolicy
+from marl.rollout.collect import RolloutBatch, RolloutCollector
 from marl.run.distributed import DistContext, broadcast_parameters
 
 __all__ = ["MAPPO", "MAPPOConfig", "MAPPOAdvantages", "episode_segments"]

@@ -1,7 +1,7 @@
 """The clipped-surrogate policy update shared by MAPPO and GRPO, for S runs at once.
 
 One update serves one run and many: :class:`PolicyUpdate` holds S runs' policies stacked
-(a leading run axis on every parameter, :class:`marl.seed_policies.SeedMultiAgentPolicy`),
+(a leading run axis on every parameter, :class:`marl.models.seed_policies.SeedMultiAgentPolicy`),
 and a single run is a batch of one (S = 1). ``python -m marl.train --seed k`` and ``--seeds
 0-15`` train through the same lines. An algorithm turns its batch into :class:`Minibatch`
 units per agent type (single steps, training windows, or whole episodes) with their
@@ -54,9 +54,9 @@ from torch import Tensor, nn
 from marl.algos.parallel import side_by_side
 from marl.core.losses import NonFiniteError, OptimismOffset, ppo_sample_stats, ppo_surrogate
 from marl.core.seed_batched import SeedViews, clip_grads_per_seed_
-from marl.policies import MaskedCategorical, MultiAgentPolicy, TypeActor
+from marl.models.policies import MaskedCategorical, MultiAgentPolicy, TypeActor
+from marl.models.seed_policies import SeedMultiAgentPolicy
 from marl.run.distributed import DistContext, average_gradients
-from marl.seed_policies import SeedMultiAgentPolicy
 
 __all__ = [
     "Minibatch",
@@ -434,7 +434,7 @@ class PolicyUpdate:
 
     ``policy`` is one run's :class:`MultiAgentPolicy` or S runs' (one per seed, of one
     layout and backbone). They are stacked into :attr:`stack` (a
-    :class:`~marl.seed_policies.SeedMultiAgentPolicy`, a leading run axis on every
+    :class:`~marl.models.seed_policies.SeedMultiAgentPolicy`, a leading run axis on every
     parameter), and each run's policy then *is* its slice of the stack: its parameters are
     the views :attr:`views` holds (``views.per_seed[k]``), so the rollout's single-run policy
     always sees the stack's latest step, and its ``state_dict`` is the run's checkpoint. The

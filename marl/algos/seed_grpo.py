@@ -5,7 +5,8 @@ advantages, second-stage whitener, reference policy and metrics are that run's o
 collection and the policy update run for every seed at once (:mod:`marl.algos.seeds`)::
 
     collect: every seed's P groups x G episodes stepped together
-             (marl.seed_collect.collect_seed_group_episodes; seed k stops when its episodes end)
+             (marl.rollout.seed_collect.collect_seed_group_episodes; seed k stops when its
+             episodes end)
     advantages, reference log-probs, metrics     per seed (runs[k]: one run's code)
     units: each seed's whole episodes, padded to the env's episode cap (max_cycles)
     epochs of minibatches (SeedBatch.policy_epochs): loss per seed, backward, per-seed
@@ -35,9 +36,9 @@ from torch import Tensor
 from marl.algos.grpo import GRPO, GRPOConfig, episode_units, group_seeds
 from marl.algos.ppo import Minibatch, PPOLossConfig
 from marl.algos.seeds import SeedBatch, SeedMinibatch
-from marl.collect import GroupBatch, limit_of
 from marl.core.losses import NonFiniteError, linear_schedule
-from marl.seed_collect import collect_seed_group_episodes
+from marl.rollout.collect import GroupBatch, limit_of
+from marl.rollout.seed_collect import collect_seed_group_episodes
 
 __all__ = ["SeedGRPO", "pad_episodes"]
 

@@ -4,9 +4,9 @@
 ``k`` is a whole :class:`~marl.algos.mappo.MAPPO` run (``self.runs[k]``: its config, env,
 whitener, ValueNorm, penalty schedule, advantages and metrics are that run's own), and the
 expensive parts run for all seeds together on stacked modules (a leading seed axis,
-:mod:`marl.seed_policies`):
+:mod:`marl.models.seed_policies`):
 
-- the rollout: :class:`marl.seed_collect.SeedRolloutCollector` steps every seed's envs and
+- the rollout: :class:`marl.rollout.seed_collect.SeedRolloutCollector` steps every seed's envs and
   runs every seed's actor and critic in one batched call per step;
 - the update, which reads as :meth:`MAPPO.update`::
 
@@ -49,7 +49,7 @@ from marl.algos.seeds import (
 )
 from marl.algos.value_update import ValueTargets, ValueUpdate
 from marl.core.losses import NonFiniteError, linear_schedule
-from marl.seed_collect import SeedRolloutBatch, SeedRolloutCollector
+from marl.rollout.seed_collect import SeedRolloutBatch, SeedRolloutCollector
 
 __all__ = ["SeedMAPPO"]
 

@@ -4,7 +4,7 @@
 is a whole single-seed algorithm object (``runs[k]``, a ``MAPPO`` or ``GRPO`` built exactly as
 a single-seed run builds it: its config, env, whitener, ValueNorm, schedules, advantages and
 metrics are that run's own), and the expensive parts run for every seed at once on stacked
-modules with a leading seed axis (:mod:`marl.seed_policies`). :class:`SeedBatch` holds the
+modules with a leading seed axis (:mod:`marl.models.seed_policies`). :class:`SeedBatch` holds the
 runs and their policy update, :class:`marl.algos.ppo.PolicyUpdate` over all S policies: the
 update a single run trains with too (as a batch of one)::
 

@@ -26,9 +26,9 @@ from torch import Tensor
 from marl.algos.ppo import alias_parameters, take_rows
 from marl.core.losses import value_loss
 from marl.core.seed_batched import SeedViews, clip_grad_norm_per_seed_
-from marl.policies import CentralCritic
+from marl.models.policies import CentralCritic
+from marl.models.seed_policies import SeedCentralCritic
 from marl.run.distributed import DistContext, average_gradients
-from marl.seed_policies import SeedCentralCritic
 
 __all__ = ["ValueTargets", "ValueUpdate"]
 

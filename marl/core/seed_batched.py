@@ -757,7 +757,7 @@ def whiten_per_seed(
 
 
 # ------------------------------------------------------------------------------------------
-# the rollout's fast path (appended for marl.seed_policies)
+# the rollout's fast path (appended for marl.models.seed_policies)
 # ------------------------------------------------------------------------------------------
 
 

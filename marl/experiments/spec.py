@@ -130,10 +130,10 @@ class CompareSpec:
     allow_mixed_code: bool = False
     """Aggregate runs of different git commits (the report says so)."""
     pilot: bool = False
+    """Run a design that cannot show anything (too few seeds for its comparisons)."""
     seeds_per_process: int = 1
     """Seeds of one variant trained by one process (``marl.train --seeds``, batched through
     one rollout and one update); 1: a process per run."""
-    """Run a design that cannot show anything (too few seeds for its comparisons)."""
 
     def primary_comparisons(self) -> list[tuple[str, str]]:
         """Every variant vs the reference, then the extra pre-registered pairs (deduplicated)."""
@@ -334,29 +334,8 @@ def check_distinct_variants(configs: Mapping[str, BaseConfig]) -> None:
 
 def build_spec(args: argparse.Namespace) -> CompareSpec:
     """Turn parsed CLI arguments into a checked CompareSpec (no validation via parse_cli)."""
-    from marl.experiments.studies import get_study
-
-    if args.seeds < 1:
-        raise CompareError(f"--seeds must be >= 1, got {args.seeds}")
-    if args.first_seed < 0:
-        raise CompareError(f"--first-seed must be >= 0, got {args.first_seed}")
-    if args.total_steps is not None and args.total_steps < 1:
-        raise CompareError(f"--total-steps must be >= 1, got {args.total_steps}")
-    if args.max_time is not None and not args.max_time > 0:
-        raise CompareError(f"--max-time must be > 0 seconds, got {args.max_time}")
-    if args.max_cpu_time is not None and not args.max_cpu_time > 0:
-        raise CompareError(f"--max-cpu-time must be > 0 seconds, got {args.max_cpu_time}")
-    if not args.cpus_per_run > 0:
-        raise CompareError(f"--cpus-per-run must be > 0, got {args.cpus_per_run}")
-    if args.launcher != "ray" and (args.address is not None or args.cpus_per_run != 1.0):
-        raise CompareError("--address and --cpus-per-run apply to --launcher ray only")
-    if args.launcher == "ray" and importlib.util.find_spec("ray") is None:
-        raise CompareError(RAY_MISSING)
-    jobs = args.jobs if args.jobs is not None else cpu_count()
-    if args.launcher == "ray" and args.jobs is None:
-        jobs = max(1, int(cpu_count() // args.cpus_per_run))  # until the cluster is known
-    if jobs < 1:
-        raise CompareError(f"--jobs must be >= 1, got {jobs}")
+    _check_budget_and_launcher(args)
+    jobs = _jobs(args)
     if args.config is not None and not os.path.isfile(args.config):
         raise CompareError(f"--config: file not found: {args.config!r}")
     common = split_options(args.common or "", "--common")
@@ -398,6 +377,61 @@ def build_spec(args: argparse.Namespace) -> CompareSpec:
             f"--final-eval-episodes must be >= 1 (or 0: the runs' own setting), got "
             f"{args.final_eval_episodes}"
         )
+    spec.variants, study_reference, study_comparisons = _variants_of(args, spec)
+    names = {v.name for v in spec.variants}
+    reference = args.reference or study_reference or spec.variants[0].name
+    if reference not in names:
+        raise CompareError(
+            f"--reference {reference!r} is not a variant; variants: {', '.join(sorted(names))}"
+        )
+    spec.reference = reference
+    spec.comparisons = [pair for pair in study_comparisons if reference == study_reference]
+    spec.comparisons += [_parse_comparison(text, names) for text in args.comparison or []]
+    per_process = getattr(args, "seeds_per_process", None)
+    spec.seeds_per_process = 1 if per_process is None else int(per_process)
+    _check_seeds_per_process(spec)
+    return spec
+
+
+def _check_budget_and_launcher(args: argparse.Namespace) -> None:
+    """Refuse out-of-range seeds, budgets and launcher options (CompareError)."""
+    if args.seeds < 1:
+        raise CompareError(f"--seeds must be >= 1, got {args.seeds}")
+    if args.first_seed < 0:
+        raise CompareError(f"--first-seed must be >= 0, got {args.first_seed}")
+    if args.total_steps is not None and args.total_steps < 1:
+        raise CompareError(f"--total-steps must be >= 1, got {args.total_steps}")
+    if args.max_time is not None and not args.max_time > 0:
+        raise CompareError(f"--max-time must be > 0 seconds, got {args.max_time}")
+    if args.max_cpu_time is not None and not args.max_cpu_time > 0:
+        raise CompareError(f"--max-cpu-time must be > 0 seconds, got {args.max_cpu_time}")
+    if not args.cpus_per_run > 0:
+        raise CompareError(f"--cpus-per-run must be > 0, got {args.cpus_per_run}")
+    if args.launcher != "ray" and (args.address is not None or args.cpus_per_run != 1.0):
+        raise CompareError("--address and --cpus-per-run apply to --launcher ray only")
+    if args.launcher == "ray" and importlib.util.find_spec("ray") is None:
+        raise CompareError(RAY_MISSING)
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    """Runs at once: ``--jobs``, else the CPU cores (with ``--launcher ray``: cores //
+    ``--cpus-per-run`` until the cluster is known)."""
+    jobs = args.jobs if args.jobs is not None else cpu_count()
+    if args.launcher == "ray" and args.jobs is None:
+        jobs = max(1, int(cpu_count() // args.cpus_per_run))  # until the cluster is known
+    if jobs < 1:
+        raise CompareError(f"--jobs must be >= 1, got {jobs}")
+    return jobs
+
+
+def _variants_of(
+    args: argparse.Namespace, spec: CompareSpec
+) -> tuple[list[Variant], str | None, list[tuple[str, str]]]:
+    """The variants of ``--study`` (for ``spec``'s backbone and algorithm), ``--variants`` and
+    ``--variant``, in that order, with the study's reference and comparisons (None and []
+    without a study). Raises CompareError for none, a name given twice or a managed option."""
+    from marl.experiments.studies import get_study
+
     variants: list[Variant] = []
     study_reference = None
     study_comparisons: list[tuple[str, str]] = []
@@ -420,33 +454,25 @@ def build_spec(args: argparse.Namespace) -> CompareSpec:
             raise CompareError(f"variant name {v.name!r} given twice; names must be unique")
         seen.add(v.name)
         _check_options(v.args, f"variant {v.name!r}")
-    spec.variants = variants
-    reference = args.reference or study_reference or variants[0].name
-    if reference not in seen:
+    return variants, study_reference, study_comparisons
+
+
+def _parse_comparison(text: str, names: set[str]) -> tuple[str, str]:
+    """A ``--comparison VARIANT:BASELINE`` as a pair of the variant ``names``."""
+    name, sep, baseline = text.partition(":")
+    if not sep or not name or not baseline:
         raise CompareError(
-            f"--reference {reference!r} is not a variant; variants: {', '.join(sorted(seen))}"
+            f"--comparison {text!r}: expected VARIANT:BASELINE (does VARIANT beat BASELINE?)"
         )
-    spec.reference = reference
-    spec.comparisons = [pair for pair in study_comparisons if reference == study_reference]
-    for text in args.comparison or []:
-        name, sep, baseline = text.partition(":")
-        if not sep or not name or not baseline:
+    for part in (name, baseline):
+        if part not in names:
             raise CompareError(
-                f"--comparison {text!r}: expected VARIANT:BASELINE (does VARIANT beat BASELINE?)"
+                f"--comparison {text!r}: {part!r} is not a variant; variants: "
+                + ", ".join(sorted(names))
             )
-        for part in (name, baseline):
-            if part not in seen:
-                raise CompareError(
-                    f"--comparison {text!r}: {part!r} is not a variant; variants: "
-                    + ", ".join(sorted(seen))
-                )
-        if name == baseline:
-            raise CompareError(f"--comparison {text!r}: a variant cannot be compared with itself")
-        spec.comparisons.append((name, baseline))
-    per_process = getattr(args, "seeds_per_process", None)
-    spec.seeds_per_process = 1 if per_process is None else int(per_process)
-    _check_seeds_per_process(spec)
-    return spec
+    if name == baseline:
+        raise CompareError(f"--comparison {text!r}: a variant cannot be compared with itself")
+    return name, baseline
 
 
 #: options whose runs ``marl.train --seeds`` cannot batch

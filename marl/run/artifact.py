@@ -9,7 +9,7 @@ Layout (docs/CONTRACTS.md section 4)::
                                     checkpoint kept (deleted with it)
 
 A weights file is ``torch.save`` of a flat ``{parameter name: tensor}`` dict, the state dict of
-:class:`marl.policies.MultiAgentPolicy`: ``torch.load(path, weights_only=True)`` reads it
+:class:`marl.models.policies.MultiAgentPolicy`: ``torch.load(path, weights_only=True)`` reads it
 (torch's restricted unpickler: tensors and plain containers, no code), and
 ``policy.load_state_dict`` takes it as is. (safetensors would do as well; it is not a
 dependency of this package.)
@@ -52,8 +52,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from marl.envapi import make_vector_env
-from marl.policies import AgentLayout, MultiAgentPolicy, TypeSpec
+from marl.adapters.envapi import make_vector_env
+from marl.models.policies import AgentLayout, MultiAgentPolicy, TypeSpec
 from marl.run.checkpoint import (
     CheckpointError,
     load_checkpoint,

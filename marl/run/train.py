@@ -71,10 +71,10 @@ import numpy as np
 import torch
 import yaml
 
+from marl.adapters.envapi import make_vector_env
 from marl.algos import ALGORITHMS, Algorithm, register_algorithm, resolve_algorithm
-from marl.collect import BaselineActor, evaluate_episodes
 from marl.core.losses import NonFiniteError
-from marl.envapi import make_vector_env
+from marl.rollout.collect import BaselineActor, evaluate_episodes
 from marl.run import distributed
 from marl.run.artifact import write_policy_artifact
 from marl.run.checkpoint import (

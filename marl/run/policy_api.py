@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from marl.policies import AgentLayout, MultiAgentPolicy
+from marl.models.policies import AgentLayout, MultiAgentPolicy
 from marl.run.artifact import load_run_policy
 
 __all__ = ["TrainedPolicy", "load_policy"]

@@ -1,9 +1,9 @@
 """Rollout collection for S seeds at once (issue 37): S vector envs, one stacked policy.
 
-:class:`SeedRolloutCollector` is :class:`marl.collect.RolloutCollector` with a leading seed
+:class:`SeedRolloutCollector` is :class:`marl.rollout.collect.RolloutCollector` with a leading seed
 axis. Seed k has its own vector env, built and reset as a single-seed MAPPO run with
 ``--seed seeds[k]`` builds and resets its env, its own episode tracker, and its own sampling
-noise drawn from its own generator (:func:`marl.seed_policies.build_seed_policies` gives
+noise drawn from its own generator (:func:`marl.models.seed_policies.build_seed_policies` gives
 generators positioned where that run's global generator stands). The envs step one after
 another (they are numpy code); the policy's forward, the critic's values and the buffers
 are stacked over seeds.
@@ -56,7 +56,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from marl.collect import (
+from marl.adapters.envapi import VectorEnv
+from marl.models.policies import AgentLayout, neg_gumbel_noise
+from marl.models.seed_policies import SeedMultiAgentPolicy, seed_neg_gumbel_noise
+from marl.rollout.collect import (
     EpisodeTracker,
     GroupBatch,
     GroupEpisodes,
@@ -66,9 +69,6 @@ from marl.collect import (
     live_mean_reward,
     reward_channels,
 )
-from marl.envapi import VectorEnv
-from marl.policies import AgentLayout, neg_gumbel_noise
-from marl.seed_policies import SeedMultiAgentPolicy, seed_neg_gumbel_noise
 
 __all__ = [
     "SEED_ALIGN",
@@ -88,7 +88,7 @@ SeedValueFn = Callable[[Tensor], tuple[Tensor, Tensor]]
 @dataclass
 class SeedRolloutBatch:
     """One rollout of S seeds (see the module docstring for shapes); :meth:`seed` gives seed
-    k's as the single-seed :class:`marl.collect.RolloutBatch`."""
+    k's as the single-seed :class:`marl.rollout.collect.RolloutBatch`."""
 
     obs: dict[str, Tensor]
     mask: dict[str, Tensor]
@@ -173,7 +173,7 @@ class SeedRolloutCollector:
         seeds: the reset seed of each env (a single-seed run resets with its run seed).
         generators: one CPU ``torch.Generator`` per seed, the sampling noise's source (a
             single-seed run draws it from torch's global generator; use the generators of
-            :func:`marl.seed_policies.build_seed_policies`).
+            :func:`marl.models.seed_policies.build_seed_policies`).
         device: where the tensors live.
     """
 
@@ -452,7 +452,7 @@ class SeedRolloutCollector:
 
     def seed_state_dict(self, k: int) -> dict:
         """Seed index k's collector state as the single-seed
-        :meth:`marl.collect.RolloutCollector.state_dict` holds it (its generator is the
+        :meth:`marl.rollout.collect.RolloutCollector.state_dict` holds it (its generator is the
         caller's: a single-seed run's global generator)."""
         try:
             env_blob = pickle.dumps(self.vecs[k])
@@ -523,8 +523,8 @@ def collect_seed_group_episodes(
     *,
     device: torch.device | str = "cpu",
 ) -> list[GroupBatch | None]:
-    """:func:`marl.collect.collect_group_episodes` for every seed of a batch at once: seed k's
-    env ``vecs[k]`` (``autoreset=False``) reset with its P group seeds ``seeds[k]``, each
+    """:func:`marl.rollout.collect.collect_group_episodes` for every seed of a batch at once:
+    seed k's env ``vecs[k]`` (``autoreset=False``) reset with its P group seeds ``seeds[k]``, each
     repeated ``group_size`` times, and run to the end of every episode, its actions from
     seed k's actor in the stacked ``policy``. A seed stops stepping (and drawing noise from
     ``generators[k]``) when all its episodes have ended, so seed k's episodes, samples and

@@ -7,9 +7,9 @@ output gains a leading seed axis. They are built from the modules the single-see
 modules back.
 
 =============================== =========================================================
-:class:`SeedTypeActor`          S :class:`marl.policies.TypeActor` of one agent type
-:class:`SeedMultiAgentPolicy`   S :class:`marl.policies.MultiAgentPolicy`
-:class:`SeedCentralCritic`      S :class:`marl.policies.CentralCritic`
+:class:`SeedTypeActor`          S :class:`marl.models.policies.TypeActor` of one agent type
+:class:`SeedMultiAgentPolicy`   S :class:`marl.models.policies.MultiAgentPolicy`
+:class:`SeedCentralCritic`      S :class:`marl.models.policies.CentralCritic`
 :func:`stack_policies`          S TypeActor or MultiAgentPolicy -> the seed module
 :func:`stack_critics`           S CentralCritic -> :class:`SeedCentralCritic`
 :func:`stack_backbones`         S backbones of ``seqmodels.backbones`` -> a seed backbone
@@ -74,7 +74,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from marl.core.seed_batched import SeedGRU, SeedLinear, SeedMLP, run_seed_mlp
-from marl.policies import (
+from marl.models.policies import (
     MASK_LOGIT,
     AgentLayout,
     CentralCritic,
@@ -500,7 +500,7 @@ def seed_neg_gumbel_noise(
     device: torch.device | str | None = None,
 ) -> Tensor:
     """``[S, *shape]`` negated Gumbel noise: entry k drawn by
-    :func:`marl.policies.neg_gumbel_noise` from ``generators[k]`` alone (what a single-seed
+    :func:`marl.models.policies.neg_gumbel_noise` from ``generators[k]`` alone (what a single-seed
     run with that generator draws), so seed k's samples depend on seed k's generator only."""
     generators = list(generators)
     if not generators or not all(isinstance(g, torch.Generator) for g in generators):
@@ -509,7 +509,7 @@ def seed_neg_gumbel_noise(
 
 
 class SeedTypeActor(nn.Module):
-    """S :class:`marl.policies.TypeActor` of one agent type, stacked; the same methods with a
+    """S :class:`marl.models.policies.TypeActor` of one agent type, stacked; the same methods with a
     leading seed axis on every input and output (module docstring)."""
 
     def __init__(self, actors: Sequence[TypeActor]) -> None:
@@ -793,7 +793,7 @@ class SeedTypeActor(nn.Module):
 
 
 class SeedMultiAgentPolicy(nn.Module):
-    """S :class:`marl.policies.MultiAgentPolicy` of one layout: one :class:`SeedTypeActor`
+    """S :class:`marl.models.policies.MultiAgentPolicy` of one layout: one :class:`SeedTypeActor`
     per agent type."""
 
     def __init__(self, policies: Sequence[MultiAgentPolicy]) -> None:
@@ -883,7 +883,7 @@ def stack_policies(
 
 
 class SeedCentralCritic(nn.Module):
-    """S :class:`marl.policies.CentralCritic`, stacked: ``forward(state [S, ..., state_dim])
+    """S :class:`marl.models.policies.CentralCritic`, stacked: ``forward(state [S, ..., state_dim])
     -> (team [S, ..., K], individual [S, ..., N, K])``."""
 
     def __init__(self, critics: Sequence[CentralCritic]) -> None:

@@ -1,7 +1,7 @@
 """The environment contract the trainers depend on (docs/CONTRACTS.md section 1), as a typed
 Protocol, and the one place that builds a vector env from ``--env-fn module:factory``.
 
-The trainers (:mod:`marl.collect`, :mod:`marl.algos`) use only what :class:`VectorEnv`
+The trainers (:mod:`marl.rollout.collect`, :mod:`marl.algos`) use only what :class:`VectorEnv`
 declares, never an environment's internals. ``envs.multisearch_v0.vector_env`` is the native
 implementation; any object with these attributes and methods works.
 

@@ -1,7 +1,7 @@
 """Rollout collection on a contract-conforming vector env (docs/CONTRACTS.md section 1).
 
 Algorithm-agnostic: :class:`RolloutCollector` steps ``E`` environments for ``T`` steps with a
-:class:`marl.policies.MultiAgentPolicy`, carrying per-agent recurrent state (reset at episode
+:class:`marl.models.policies.MultiAgentPolicy`, carrying per-agent recurrent state (reset at episode
 starts) and, when a ``value_fn`` is given (MAPPO's critic), the values of every state and the
 bootstrap values of truncated episodes' final states. Nothing here depends on the
 environment's internals: agent types come from name prefixes, rewards by channel from the
@@ -35,8 +35,8 @@ import torch
 from torch import Tensor
 
 from envs.diversity import grouped_pairwise_jaccard
-from marl.envapi import VectorEnv, make_vector_env, resolve_env_fn
-from marl.policies import AgentLayout, MaskedCategorical, MultiAgentPolicy, neg_gumbel_noise
+from marl.adapters.envapi import VectorEnv, make_vector_env, resolve_env_fn
+from marl.models.policies import AgentLayout, MaskedCategorical, MultiAgentPolicy, neg_gumbel_noise
 
 __all__ = [
     "make_vector_env",
@@ -598,8 +598,8 @@ class GroupEpisodes:
     """The episodes of one :func:`collect_group_episodes` call, step by step: reset ``vec``
     with each of ``seeds`` repeated ``group_size`` times, then :meth:`observe` the envs,
     :meth:`step` them with the policy's actions, until :attr:`done`; :meth:`batch` is the
-    :class:`GroupBatch`. ``marl.seed_collect`` steps the episodes of several seeds' envs with
-    one batched policy this way."""
+    :class:`GroupBatch`. ``marl.rollout.seed_collect`` steps the episodes of several seeds' envs
+    with one batched policy this way."""
 
     def __init__(
         self,
