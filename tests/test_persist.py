@@ -5,8 +5,8 @@ precision, periodic validation evaluations, per-agent-type advantage statistics,
 line) is reported by ``marl.compare --report-only`` from its full logs and, after persisting,
 from its compact logs; :func:`report_differences` holds the two summaries to the rule of issue
 51: per-seed values, p-values and verdicts identical, every other figure within 1e-6
-relative, curves that are only plotted within 1% of their plot panel's y range. The same holds
-for a published study (docs/results/memory_study/family_1, compacted in a temporary copy).
+relative, curves that are only plotted within 1% of their plot panel's y range. A published
+study (docs/results/memory_study/family_1, compact already) compacted again is unchanged.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import math
 import os
 import random
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -493,22 +492,18 @@ def test_persist_runs_script_delegates(tmp_path: Path) -> None:
 PUBLISHED = REPO / "docs" / "results" / "memory_study" / "family_1"
 
 
-@pytest.mark.skipif(not (PUBLISHED / "runs").is_dir(), reason="no published runs to compact")
-def test_a_published_study_reports_the_same_from_compact_runs(tmp_path: Path) -> None:
-    full, kept = tmp_path / "full", tmp_path / "kept"
-    for copy in (full, kept):
-        shutil.copytree(PUBLISHED, copy, ignore=shutil.ignore_patterns("plots"))
+def test_a_published_study_compacted_again_is_left_as_it_is(tmp_path: Path) -> None:
+    """Every published study is compact now (each was checked against its full logs when it
+    was compacted: benchmarks/check_regeneration.py, the CHANGELOG gives the results);
+    compacting one again changes no byte, and reports as published (the slow
+    tests/test_regeneration.py regenerates it in full)."""
+    kept = tmp_path / "kept"
+    shutil.copytree(PUBLISHED, kept, ignore=shutil.ignore_patterns("plots"))
+    before = {p.relative_to(kept): p.read_bytes() for p in kept.rglob("*") if p.is_file()}
+    runs = len(list(kept.glob("runs/*/seed_*")))
     done = persist.compact_in_place(str(kept))
-    assert done.runs == len(list(full.glob("runs/*/seed_*")))
-    assert not list(kept.glob("runs/*/*/metrics.jsonl.gz"))
-    published = json.loads((PUBLISHED / "summary.json").read_text())
-    argv = shlex.split(published["commands"]["compare"])[3:]
-    out = argv.index("--out")
-    argv = [a for a in argv[:out] + argv[out + 2 :] if a not in ("--report-only", "--no-progress")]
-    reports = [regenerate(study, argv)[""] for study in (full, kept)]
-    problems, worst = report_differences(*reports)
-    assert problems == []
-    assert worst <= persist.PLOT_TOLERANCE
+    assert (done.runs, done.left_out) == (0, runs) and runs > 0
+    assert {p.relative_to(kept): p.read_bytes() for p in kept.rglob("*") if p.is_file()} == before
 
 
 def test_study_script_restores_a_compact_study(tmp_path: Path) -> None:

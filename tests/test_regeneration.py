@@ -189,7 +189,8 @@ def test_a_published_study_regenerates(check) -> None:
     """The check of the issue on the smallest published study (30 s to 2 min on two cores)."""
     [(rel, result)] = check.check_study(str(REPO / "docs/results/memory_study/family_1"))
     assert rel == "." and result.ok, result.failures
-    assert result.exact["per-seed values"] == 330 and result.largest[0] <= 1e-6
+    # 354: the per-seed values of the summary as regenerated when the study was compacted
+    assert result.exact["per-seed values"] == 354 and result.largest[0] <= 1e-6
 
 
 def test_a_holm_family_changed_by_newer_code_is_explained(reported_once, check) -> None:

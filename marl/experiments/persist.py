@@ -56,7 +56,6 @@ from typing import Any
 
 from marl.experiments import stats
 from marl.experiments.compare import run_finished
-from marl.run.rundir import atomic_write_text
 
 __all__ = [
     "EXACT",
@@ -163,8 +162,10 @@ _STAT = "(mean|std|pos_frac|pos_mean|neg_mean)"  # report.ADV_STATS
 #: Exact: counters, and what a per-seed endpoint or a p-value is computed from. Significant
 #: digits: single values that the stability figures report. Sums: series that the stability
 #: figures average (exact means) and the advantages plot shows. Plot: series only plotted
-#: (a step of 2% of the largest magnitude moves a point by at most 1%, about a pixel of the
-#: advantages plot; the learning curves get 0.2%).
+#: (a step of 1% of the largest magnitude moves a point by at most 0.5% of it, about a pixel
+#: of the advantages plot; the learning curves get 0.2%). 2% was too coarse: a panel's y range
+#: can be smaller than a run's largest magnitude, and two points of memory_study/family_3
+#: moved by 1.1% of their panel.
 KEYS: tuple[KeyRule, ...] = (
     KeyRule("update", EXACT, readers="the update of an entropy collapse (stats.entropy_collapse)"),
     KeyRule(
@@ -208,12 +209,12 @@ KEYS: tuple[KeyRule, ...] = (
     KeyRule(
         f"adv_raw/[^/]+/{_STAT}",
         PLOT,
-        step=0.02,
+        step=0.01,
         readers="advantage statistics of one agent type before whitening: the advantages plot "
-        "(report._plot_advantages) and the list of agent types",
+        "(report.plots._plot_advantages) and the list of agent types",
     ),
     KeyRule(
-        f"adv/[^/]+/{_STAT}", PLOT, step=0.02, readers="as adv_raw/<type>/..., after whitening"
+        f"adv/[^/]+/{_STAT}", PLOT, step=0.01, readers="as adv_raw/<type>/..., after whitening"
     ),
     KeyRule("episode/return", PLOT, step=0.002, readers="the learning curve of training returns"),
 )
@@ -574,11 +575,11 @@ def restore_study(study: str, out: str) -> int:
 
 
 def compact_reports(root: str) -> tuple[int, int]:
-    """Compact the report files under ``root`` as :mod:`marl.experiments.report` writes them
-    now: every PNG re-encoded with a palette of at most 256 colours
-    (:func:`~marl.experiments.report.compact_png`) and every summary.json rewritten as
-    compact JSON with the same content. For studies published before (they need no runs:
-    nothing is recomputed). Returns (bytes before, bytes after)."""
+    """Re-encode every PNG under ``root`` (``runs/`` folders left alone) with a palette of at
+    most 256 colours, as :mod:`marl.experiments.report` writes plots now
+    (:func:`~marl.experiments.report.compact_png`; a palette PNG is left as it is). For
+    studies published before: nothing is recomputed and no run is needed. Returns (bytes
+    before, bytes after)."""
     from marl.experiments.report import compact_png
 
     if not os.path.isdir(root):
@@ -586,19 +587,10 @@ def compact_reports(root: str) -> tuple[int, int]:
     before = after = 0
     for folder, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != "runs")
-        for name in sorted(names):
+        for name in sorted(n for n in names if n.endswith(".png")):
             path = os.path.join(folder, name)
-            size = os.path.getsize(path)
-            if name.endswith(".png"):
-                before += size
-                after += compact_png(path, path)
-            elif name == "summary.json":
-                with open(path) as fh:
-                    summary = json.load(fh)
-                text = json.dumps(summary, separators=(",", ":"), allow_nan=False) + "\n"
-                atomic_write_text(path, text)
-                before += size
-                after += len(text.encode())
+            before += os.path.getsize(path)
+            after += compact_png(path, path)
     return before, after
 
 
@@ -656,9 +648,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument(
         "--reports",
         metavar="DIR",
-        help="compact the report files under DIR (its runs/ left alone): each PNG re-encoded "
-        "with at most 256 colours, each summary.json as compact JSON of the same content; "
-        "for studies published before reports were written that way",
+        help="re-encode the plots (PNGs) under DIR with at most 256 colours, as reports write "
+        "them now (runs/ left alone): for studies published before",
     )
     parser.add_argument(
         "--policies",
@@ -703,8 +694,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (PersistError, OSError, ValueError) as exc:
             parser.exit(2, f"{parser.prog}: error: {exc}\n")
         print(
-            f"persist: report files under {args.reports}: {before / 1e6:.2f} MB -> "
-            f"{after / 1e6:.2f} MB"
+            f"persist: the PNGs under {args.reports}: {before / 1e6:.2f} MB -> {after / 1e6:.2f} MB"
         )
         return 0
     if args.in_place or args.restore:
