@@ -9,8 +9,8 @@ import torch
 from test_train_fakeenv import vector_env
 
 from marl.algos.mappo import MAPPO, window_plan
-from marl.collect import RolloutCollector
-from marl.policies import AgentLayout, MultiAgentPolicy
+from marl.models.policies import AgentLayout, MultiAgentPolicy
+from marl.rollout.collect import RolloutCollector
 from marl.run.config import TrainConfig, validate_config
 
 FAKE = "test_train_fakeenv:vector_env"
@@ -219,11 +219,13 @@ def test_penalty_shaping_adds_no_ramp_across_the_rollout():
 
 @pytest.mark.parametrize(
     "backbone, burn_in",
-    [("gru", 0), ("gru", 2), ("mamba", 2)],
+    [("gru", 0), ("gru", 2), ("mamba", 2), ("gru", 4), ("mamba", 7)],
 )
 def test_recurrent_windows_reproduce_rollout_log_probs(backbone, burn_in):
     """Before any update the windowed recomputation equals the rollout's log-probs: stored
-    initial states, resets at episode starts and burn-in are consistent."""
+    initial states, resets at episode starts and burn-in are consistent. A burn-in as long as
+    the window (4) or longer (7) makes several windows start their burn-in at step 0 (it once
+    crashed the collector)."""
     torch.manual_seed(4)
     cfg = _cfg(backbone=backbone, hidden_dim=16, seq_len=4, burn_in=burn_in, rollout_steps=12)
     algo = MAPPO(cfg, None)

@@ -347,7 +347,10 @@ class MAPPO(Algorithm):
             self.type_of_agent[list(t.agent_ids)] = i
         self.window_starts: list[int] = []
         if self.policy.is_recurrent:
-            self.window_starts = window_plan(cfg.rollout_steps, cfg.seq_len, cfg.burn_in)[2]
+            # distinct steps: with burn_in >= seq_len several windows start their burn-in at
+            # the rollout's first step (policy_units maps each window to its stored state)
+            starts = window_plan(cfg.rollout_steps, cfg.seq_len, cfg.burn_in)[2]
+            self.window_starts = sorted(set(starts))
         self.last_advantages: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     # -- one iteration ---------------------------------------------------------------------
