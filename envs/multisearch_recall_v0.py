@@ -181,14 +181,11 @@ from numba import njit
 from envs._baselines import Policy, RandomPolicy, run_episodes, to_env_format
 from envs._multisearch_core import (
     N_ACTIONS_RESCUER,
-    STEP_DC,
-    STEP_DR,
     MultiSearchConfig,
     MultiSearchCore,
-    _route_action,
-    _route_field,
     generate_layout,
 )
+from envs._multisearch_kernels import STEP_DC, STEP_DR, _route_action, _route_field
 from envs._pettingzoo import CheckedAECEnv, CoreParallelEnv, CoreVectorEnv, constructors
 from envs.errors import ArgumentTypeError, check_int_field
 from envs.multisearch_v0 import METADATA as V0_METADATA

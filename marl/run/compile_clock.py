@@ -39,6 +39,7 @@ __all__ = ["KERNEL_FAMILIES", "CompileClock", "compile_clock", "kernel_family"]
 KERNEL_FAMILIES: tuple[tuple[str, str], ...] = (
     ("envs.websearch", "websearch env"),
     ("envs._multisearch_core", "multisearch env"),
+    ("envs._multisearch_kernels", "multisearch env"),
     ("envs.baselines", "multisearch heuristic"),
     ("marl.core.kernels", "whitening"),
     ("seqmodels.kernels", "Mamba / Mamba2"),
