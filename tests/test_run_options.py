@@ -10,6 +10,7 @@ import signal
 
 import pytest
 
+from marl.run.checkpointing import Cadence
 from marl.run.config import parse_cli, parse_train_args
 from marl.run.options import RunOptions
 from marl.run.progress import Budget
@@ -23,7 +24,7 @@ from marl.run.rundir import (
     atomic_write_text,
 )
 from marl.run.signals import StopSignals
-from marl.run.train import _Cadence, run_dir_contents
+from marl.run.train import run_dir_contents
 
 
 # ---------------------------------------------------------------- atomic_write
@@ -220,8 +221,8 @@ def test_budget_progress_is_the_largest_fraction():
 
 
 def test_cadence_evaluates_on_rank_0_every_eval_every_updates():
-    cadence = _Cadence(eval_every=2, checkpoint_every=3, evaluates=True)
+    cadence = Cadence(eval_every=2, checkpoint_every=3, evaluates=True)
     assert [u for u in range(1, 8) if cadence.evaluate_at(u)] == [2, 4, 6]
     assert [u for u in range(1, 8) if cadence.checkpoint_at(u)] == [3, 6]
-    assert not _Cadence(2, 3, evaluates=False).evaluate_at(2)  # other ranks
-    assert not _Cadence(0, 3, evaluates=True).evaluate_at(2)  # --eval-every 0: never
+    assert not Cadence(2, 3, evaluates=False).evaluate_at(2)  # other ranks
+    assert not Cadence(0, 3, evaluates=True).evaluate_at(2)  # --eval-every 0: never

@@ -28,7 +28,8 @@ import pickle
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -37,6 +38,12 @@ from torch import Tensor
 from envs.diversity import grouped_pairwise_jaccard
 from marl.adapters.envapi import VectorEnv, make_vector_env, resolve_env_fn
 from marl.models.policies import AgentLayout, MaskedCategorical, MultiAgentPolicy, neg_gumbel_noise
+from marl.rollout.episode_records import (
+    EpisodeTracker,
+    agent_activity,
+    live_mean_reward,
+    reward_channels,
+)
 
 __all__ = [
     "make_vector_env",
@@ -88,121 +95,6 @@ class ObsBatcher:
         return out
 
 
-class EpisodeTracker:
-    """Per-env running returns by channel; emits one record per finished episode.
-
-    A record holds ``return`` (mean over agents of the summed reward), ``return_team``,
-    ``return_individual`` and ``return_penalty`` (means over agents), and the mean over agents
-    of every numeric info key not starting with ``reward_`` at the final step
-    (``success``, ``coverage``, ... when the env provides them).
-    """
-
-    def __init__(self, num_envs: int, n_agents: int) -> None:
-        self.reward = np.zeros(num_envs)  # sum of the mean over live agents of the rewards
-        self.team = np.zeros(num_envs)
-        self.individual = np.zeros((num_envs, n_agents))
-        self.penalty = np.zeros((num_envs, n_agents))
-
-    def step(
-        self,
-        team: np.ndarray,
-        individual: np.ndarray,
-        penalty: np.ndarray,
-        done: np.ndarray,
-        infos: dict,
-        agents: Sequence[str],
-        reward: np.ndarray | None = None,
-    ) -> list[dict[str, float]]:
-        """``reward [E]``: this step's mean over live agents of the env's rewards
-        (:func:`live_mean_reward`); None: the channels' sum (team + mean individual + mean
-        penalty), which equals it for an env whose rewards are the sum of its channels."""
-        if reward is None:
-            reward = team + individual.mean(axis=1) + penalty.mean(axis=1)
-        self.reward += reward
-        self.team += team
-        self.individual += individual
-        self.penalty += penalty
-        records = []
-        if done.any():
-            keys = [k for k in infos[agents[0]] if not k.startswith("reward_") and k != "active"]
-            for i in np.flatnonzero(done):
-                rec = {
-                    "return_team": float(self.team[i]),
-                    "return_individual": float(self.individual[i].mean()),
-                    "return_penalty": float(self.penalty[i].mean()),
-                }
-                rec["return"] = float(self.reward[i])
-                for k in keys:
-                    rec[k] = float(np.mean([float(np.asarray(infos[a][k])[i]) for a in agents]))
-                records.append(rec)
-            self.reward[done] = 0.0
-            self.team[done] = 0.0
-            self.individual[done] = 0.0
-            self.penalty[done] = 0.0
-        return records
-
-    def state_dict(self) -> dict:
-        return {
-            "reward": self.reward.copy(),
-            "team": self.team.copy(),
-            "individual": self.individual.copy(),
-            "penalty": self.penalty.copy(),
-        }
-
-    def load_state_dict(self, d: dict) -> None:
-        self.reward = d["reward"].copy() if "reward" in d else np.zeros_like(d["team"])
-        self.team, self.individual, self.penalty = (
-            d["team"].copy(),
-            d["individual"].copy(),
-            d["penalty"].copy(),
-        )
-
-
-def live_mean_reward(
-    rewards: Mapping[str, np.ndarray], infos: Mapping[str, Any], agents: Sequence[str]
-) -> np.ndarray:
-    """``[E]``: the mean over the agents that acted (``infos[a]["active"]``, 1 where absent) of
-    the env's rewards ``rewards[a] [E]``; 0 where none acted."""
-    r = np.stack([np.asarray(rewards[a], np.float64) for a in agents], 1)
-    active = np.stack(
-        [
-            np.broadcast_to(np.asarray(infos[a].get("active", 1.0), np.float64), r.shape[:1])
-            for a in agents
-        ],
-        1,
-    )
-    return (r * active).sum(axis=1) / np.maximum(active.sum(axis=1), 1.0)
-
-
-def agent_activity(infos: Mapping[str, Any], agents: Sequence[str], num_envs: int) -> np.ndarray:
-    """``[E, N]`` bool: whether each agent acted at this step (``infos[a]["active"]``, true
-    where absent)."""
-    return np.stack(
-        [
-            np.broadcast_to(np.asarray(infos[a].get("active", 1.0), np.float64), (num_envs,)) > 0
-            for a in agents
-        ],
-        axis=1,
-    )
-
-
-def reward_channels(
-    infos: dict, agents: Sequence[str], rewards: dict | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(team ``[E]`` (mean over agents), individual ``[E, N]``, penalty ``[E, N]``) from infos."""
-    try:
-        team, ind, pen = (
-            np.stack([infos[a][key] for a in agents], 1).astype(np.float64, copy=False)
-            for key in ("reward_team", "reward_individual", "reward_penalty")
-        )
-    except KeyError as exc:
-        raise ValueError(
-            f"the env's infos lack the reward channel {exc.args[0]!r} required by the trainer "
-            "(docs/CONTRACTS.md section 1: reward_team, reward_individual, reward_penalty)"
-        ) from None
-    return team.mean(axis=1), ind, pen
-
-
 @dataclass
 class RolloutBatch:
     """One rollout (see the module docstring for shapes)."""
@@ -236,6 +128,101 @@ class RolloutBatch:
     @property
     def num_envs(self) -> int:
         return int(self.terminated.shape[1])
+
+
+#: ``(values_team, values_individual, next_values_team, next_values_individual)`` of a rollout
+Values = tuple[Tensor | None, Tensor | None, Tensor | None, Tensor | None]
+
+BatchT = TypeVar("BatchT")
+
+
+@dataclass
+class RolloutBuffers:
+    """The buffers one rollout writes, behind leading axes ``L``: ``[T]`` here, ``[S, T]`` in
+    :mod:`marl.rollout.seed_collect` (per-step shapes as in the module docstring)."""
+
+    obs: dict[str, Tensor]
+    mask: dict[str, Tensor]
+    actions: dict[str, Tensor]
+    logp: dict[str, Tensor]
+    episode_start: Tensor
+    reward_team: np.ndarray
+    reward_individual: np.ndarray
+    reward_penalty: np.ndarray
+    #: ``[*L, E, N]`` bool: false where an agent did not act (the env's ``active`` info)
+    active: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    #: whether some agent did not act at some step (``active`` then goes into the batch)
+    any_left: bool = False
+    #: the states of every step, then the state after the last step: ``[(T + 1) * E, D_s]``
+    #: (``[S, ...]`` stacked), the values' input without a concatenation; None: not stored
+    state_all: Tensor | None = None
+    #: ``[*L, E, D_s]``: the steps' rows of ``state_all``
+    state: Tensor | None = None
+
+    @classmethod
+    def allocate(
+        cls,
+        buffer: Callable[[str, tuple[int, ...], torch.dtype], Tensor],
+        lead: tuple[int, ...],
+        num_envs: int,
+        layout: AgentLayout,
+    ) -> RolloutBuffers:
+        """The tensors from ``buffer(name, shape, dtype)`` (a collector's reusable ones,
+        uninitialised), the rewards and flags zeroed, ``active`` true; no state buffers."""
+        L, N, types = (*lead, num_envs), layout.n_agents, layout.types
+        f32, i64, b = torch.float32, torch.long, torch.bool
+        return cls(
+            obs={t.name: buffer(f"obs/{t.name}", (*L, t.n_agents, t.obs_dim), f32) for t in types},
+            mask={
+                t.name: buffer(f"mask/{t.name}", (*L, t.n_agents, t.n_actions), b) for t in types
+            },
+            actions={t.name: buffer(f"act/{t.name}", (*L, t.n_agents), i64) for t in types},
+            logp={t.name: buffer(f"logp/{t.name}", (*L, t.n_agents), f32) for t in types},
+            episode_start=buffer("starts", L, b),
+            reward_team=np.zeros(L, np.float32),
+            reward_individual=np.zeros((*L, N), np.float32),
+            reward_penalty=np.zeros((*L, N), np.float32),
+            active=np.ones((*L, N), bool),
+            terminated=np.zeros(L, bool),
+            truncated=np.zeros(L, bool),
+        )
+
+    def batch(
+        self,
+        batch_type: type[BatchT],
+        device: torch.device,
+        values: Values,
+        window_state_steps: Sequence[int],
+        window_states: dict[str, list],
+        episodes: list,
+    ) -> BatchT:
+        """The buffers as a ``batch_type`` (:class:`RolloutBatch`, or the seed-stacked batch),
+        the numpy ones moved to ``device``; ``values``: None each without a value function;
+        ``episodes``: the episode records (one list per seed, stacked)."""
+        vt, vi, nvt, nvi = values
+        return batch_type(
+            obs=self.obs,
+            mask=self.mask,
+            actions=self.actions,
+            logp=self.logp,
+            reward_team=torch.from_numpy(self.reward_team).to(device),
+            reward_individual=torch.from_numpy(self.reward_individual).to(device),
+            reward_penalty=torch.from_numpy(self.reward_penalty).to(device),
+            active=torch.from_numpy(self.active).to(device) if self.any_left else None,
+            terminated=torch.from_numpy(self.terminated).to(device),
+            truncated=torch.from_numpy(self.truncated).to(device),
+            episode_start=self.episode_start,
+            state=self.state,
+            values_team=vt,
+            values_individual=vi,
+            next_values_team=nvt,
+            next_values_individual=nvi,
+            window_state_steps=tuple(int(s) for s in window_state_steps),
+            window_states=window_states,
+            episodes=episodes,
+        )
 
 
 class RolloutCollector:
@@ -276,6 +263,10 @@ class RolloutCollector:
             self._buffers[name] = buf
         return buf
 
+    def _state(self) -> Tensor:
+        """``[E, D_s]``: the env's ``vec.state()``."""
+        return torch.from_numpy(np.asarray(self.vec.state(), np.float32)).to(self.device)
+
     @torch.no_grad()
     def collect(
         self,
@@ -298,39 +289,11 @@ class RolloutCollector:
         rollouts are paged in anew each time (a T=128 rollout of the memory preset's 2314-wide
         states is 76 MB). A batch still referenced is never overwritten; tensors taken out of
         a batch (``s = batch.state; del batch``) are not protected: ``.clone()`` them."""
-        T, E, N = num_steps, self.num_envs, self.layout.n_agents
-        dev = self.device
-        agents = self.layout.agents
-        types = self.layout.types
+        T, E = num_steps, self.num_envs
+        dev, types = self.device, self.layout.types
         reuse = reuse_buffers and (self._buffers_batch is None or self._buffers_batch() is None)
-        f32, i64 = torch.float32, torch.long
-        obs_buf = {
-            t.name: self._buffer(f"obs/{t.name}", (T, E, t.n_agents, t.obs_dim), f32, reuse)
-            for t in types
-        }
-        mask_buf = {
-            t.name: self._buffer(
-                f"mask/{t.name}", (T, E, t.n_agents, t.n_actions), torch.bool, reuse
-            )
-            for t in types
-        }
-        act_buf = {
-            t.name: self._buffer(f"act/{t.name}", (T, E, t.n_agents), i64, reuse) for t in types
-        }
-        logp_buf = {
-            t.name: self._buffer(f"logp/{t.name}", (T, E, t.n_agents), f32, reuse) for t in types
-        }
-        r_team = np.zeros((T, E), np.float32)
-        r_ind = np.zeros((T, E, N), np.float32)
-        r_pen = np.zeros((T, E, N), np.float32)
-        active = np.ones((T, E, N), bool)
-        any_left = False
-        term = np.zeros((T, E), bool)
-        trunc = np.zeros((T, E), bool)
-        starts = self._buffer("starts", (T, E), torch.bool, reuse)
+        buffers = RolloutBuffers.allocate(partial(self._buffer, reuse=reuse), (T,), E, self.layout)
         need_state = store_state or value_fn is not None
-        state_buf = None
-        vt = vi = nvt = nvi = None
         # the sampling noise of the whole rollout in one draw per type (fewer small ops per step)
         noise = {
             t.name: neg_gumbel_noise((T, E, t.n_agents, t.n_actions), device=dev) for t in types
@@ -340,120 +303,139 @@ class RolloutCollector:
         episodes: list[dict[str, float]] = []
         final_states: list[np.ndarray] = []
         final_index: list[tuple[int, np.ndarray]] = []
-        cur_state = (
-            torch.from_numpy(np.asarray(self.vec.state(), np.float32)).to(dev)
-            if need_state
-            else None
-        )
+        cur_state = None
+        if need_state:
+            cur_state = self._state()
+            # the states of every step and, in the last E rows, the state after the last step
+            shape = ((T + 1) * E, cur_state.shape[-1])
+            buffers.state_all = self._buffer("state", shape, torch.float32, reuse)
+            buffers.state = buffers.state_all[: T * E].view(T, E, -1)
         for step in range(T):
             if step in wanted:
                 for t in types:
                     window_states[t.name][wanted[step]] = tuple(
                         s.clone() for s in self.policy_state[t.name]
                     )
-            obs_t, mask_t = self.batcher(self.obs)
-            for t in types:
-                obs_buf[t.name][step] = obs_t[t.name]
-                mask_buf[t.name][step] = mask_t[t.name]
-            reset = self.episode_start if self.policy.is_recurrent else None
-            actions, logps, self.policy_state = self.policy.act(
-                obs_t,
-                mask_t,
-                self.policy_state,
-                reset,
-                neg_gumbel={name: n[step] for name, n in noise.items()},
-            )
-            for t in types:
-                act_buf[t.name][step] = actions[t.name]
-                logp_buf[t.name][step] = logps[t.name]
-            starts[step] = self.episode_start
+            actions = self._act(buffers, step, {name: n[step] for name, n in noise.items()})
             if need_state:
-                if state_buf is None:
-                    # the states of every step and, in the last E rows, the state after the
-                    # last step: the values' input without a concatenation
-                    state_all = self._buffer(
-                        "state", ((T + 1) * E, cur_state.shape[-1]), f32, reuse
-                    )
-                    state_buf = state_all[: T * E].view(T, E, -1)
-                state_buf[step] = cur_state
-            self.obs, rewards, terms, truncs, infos = self.vec.step(
-                self.batcher.actions_to_env(actions)
-            )
-            team, ind, pen = reward_channels(infos, agents)
-            r_team[step], r_ind[step], r_pen[step] = team, ind, pen
-            if "active" in infos[agents[0]]:
-                active[step] = agent_activity(infos, agents, E)
-                any_left |= not active[step].all()
-            te = np.asarray(terms[agents[0]], bool)
-            tr = np.asarray(truncs[agents[0]], bool) & ~te
-            term[step], trunc[step] = te, tr
-            done = te | tr
-            reward = live_mean_reward(rewards, infos, agents)
-            episodes.extend(self.tracker.step(team, ind, pen, done, infos, agents, reward))
+                buffers.state[step] = cur_state
+            done, tr = self._step_env(buffers, step, actions, episodes)
             self.episode_start = torch.from_numpy(done.copy()).to(dev)
             if need_state:
-                cur_state = torch.from_numpy(np.asarray(self.vec.state(), np.float32)).to(dev)
+                cur_state = self._state()
             if value_fn is not None and tr.any():
                 final_states.append(np.asarray(self.vec.final_state, np.float32)[tr])
                 final_index.append((step, np.flatnonzero(tr)))
         if before_values is not None:
             before_values()
+        values: Values = (None, None, None, None)
         if value_fn is not None:
-            # the values of the states of every step and of the state after the last step in
-            # one batched call, then those of the final states of truncated episodes
-            state_all[T * E :] = cur_state
-            all_team, all_ind = value_fn(state_all)
-            if final_states:
-                fin_team, fin_ind = value_fn(torch.from_numpy(np.concatenate(final_states)).to(dev))
-                all_team, all_ind = (
-                    torch.cat([all_team, fin_team]),
-                    torch.cat([all_ind, fin_ind]),
-                )
-            K = all_team.shape[-1]
-            vt = all_team[: T * E].reshape(T, E, K)
-            vi = all_ind[: T * E].reshape(T, E, N, K)
-            last_team, last_ind = (
-                all_team[T * E : T * E + E],
-                all_ind[T * E : T * E + E],
-            )
-            nvt = torch.zeros_like(vt)
-            nvi = torch.zeros_like(vi)
-            pos = T * E + E
-            for step, rows in final_index:
-                r = torch.from_numpy(rows).to(dev)
-                nvt[step, r] = all_team[pos : pos + len(rows)]
-                nvi[step, r] = all_ind[pos : pos + len(rows)]
-                pos += len(rows)
-            # next value inside the episode: values[t+1] (or the value after the last step)
-            follow_team = torch.cat([vt[1:], last_team.unsqueeze(0)], 0)
-            follow_ind = torch.cat([vi[1:], last_ind.unsqueeze(0)], 0)
-            cont = torch.from_numpy(~(term | trunc)).to(dev)
-            nvt = torch.where(cont[..., None], follow_team, nvt)
-            nvi = torch.where(cont[..., None, None], follow_ind, nvi)
-        batch = RolloutBatch(
-            obs=obs_buf,
-            mask=mask_buf,
-            actions=act_buf,
-            logp=logp_buf,
-            reward_team=torch.from_numpy(r_team).to(dev),
-            reward_individual=torch.from_numpy(r_ind).to(dev),
-            reward_penalty=torch.from_numpy(r_pen).to(dev),
-            active=torch.from_numpy(active).to(dev) if any_left else None,
-            terminated=torch.from_numpy(term).to(dev),
-            truncated=torch.from_numpy(trunc).to(dev),
-            episode_start=starts,
-            state=state_buf,
-            values_team=vt,
-            values_individual=vi,
-            next_values_team=nvt,
-            next_values_individual=nvi,
-            window_state_steps=tuple(int(s) for s in window_state_steps),
-            window_states=window_states,
-            episodes=episodes,
+            buffers.state_all[T * E :] = cur_state
+            values = self._values(value_fn, buffers, final_states, final_index)
+        batch = buffers.batch(
+            RolloutBatch, dev, values, window_state_steps, window_states, episodes
         )
         if reuse:
             self._buffers_batch = weakref.ref(batch)
         return batch
+
+    def _act(
+        self, buffers: RolloutBuffers, step: int, neg_gumbel: dict[str, Tensor]
+    ) -> dict[str, Tensor]:
+        """Observe the envs, sample the policy's actions with the noise ``neg_gumbel`` (per type
+        ``[E, n_k, A_k]``) and record step ``step``'s observations, masks, actions, log-probs
+        and episode starts; returns the actions, per type ``[E, n_k]``."""
+        types = self.layout.types
+        obs_buf, mask_buf = buffers.obs, buffers.mask
+        act_buf, logp_buf = buffers.actions, buffers.logp
+        obs_t, mask_t = self.batcher(self.obs)
+        for t in types:
+            obs_buf[t.name][step] = obs_t[t.name]
+            mask_buf[t.name][step] = mask_t[t.name]
+        reset = self.episode_start if self.policy.is_recurrent else None
+        actions, logps, self.policy_state = self.policy.act(
+            obs_t, mask_t, self.policy_state, reset, neg_gumbel=neg_gumbel
+        )
+        for t in types:
+            act_buf[t.name][step] = actions[t.name]
+            logp_buf[t.name][step] = logps[t.name]
+        buffers.episode_start[step] = self.episode_start
+        return actions
+
+    def _step_env(
+        self,
+        buffers: RolloutBuffers,
+        step: int,
+        actions: dict[str, Tensor],
+        episodes: list[dict[str, float]],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Step the env with ``actions`` (per type ``[E, n_k]``), record step ``step``'s rewards,
+        activity and end flags, and add the episodes that ended to ``episodes``; returns
+        (ended, truncated), each ``[E]`` bool."""
+        agents = self.layout.agents
+        self.obs, rewards, terms, truncs, infos = self.vec.step(
+            self.batcher.actions_to_env(actions)
+        )
+        team, ind, pen = reward_channels(infos, agents)
+        buffers.reward_team[step], buffers.reward_individual[step] = team, ind
+        buffers.reward_penalty[step] = pen
+        if "active" in infos[agents[0]]:
+            buffers.active[step] = agent_activity(infos, agents, self.num_envs)
+            buffers.any_left |= not buffers.active[step].all()
+        te = np.asarray(terms[agents[0]], bool)
+        tr = np.asarray(truncs[agents[0]], bool) & ~te
+        buffers.terminated[step], buffers.truncated[step] = te, tr
+        done = te | tr
+        reward = live_mean_reward(rewards, infos, agents)
+        episodes.extend(self.tracker.step(team, ind, pen, done, infos, agents, reward))
+        return done, tr
+
+    def _values(
+        self,
+        value_fn: ValueFn,
+        buffers: RolloutBuffers,
+        final_states: list[np.ndarray],
+        final_index: list[tuple[int, np.ndarray]],
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The values of every step's state and the next values inside each episode.
+
+        ``buffers.state_all [(T + 1) * E, D_s]`` (every step's states, then the state after the
+        last step) goes through ``value_fn`` in one batched call, then the final states of
+        truncated episodes: ``final_states[i] [F_i, D_s]``, those of the env rows
+        ``final_index[i] = (step, rows)``. Returns ``values_team [T, E, K]``,
+        ``values_individual [T, E, N, K]`` and the next values of the same shapes (the final
+        state's value where the episode was truncated, zero where it terminated)."""
+        T, E = buffers.terminated.shape
+        N, dev = self.layout.n_agents, self.device
+        all_team, all_ind = value_fn(buffers.state_all)
+        if final_states:
+            fin_team, fin_ind = value_fn(torch.from_numpy(np.concatenate(final_states)).to(dev))
+            all_team, all_ind = (
+                torch.cat([all_team, fin_team]),
+                torch.cat([all_ind, fin_ind]),
+            )
+        K = all_team.shape[-1]
+        vt = all_team[: T * E].reshape(T, E, K)
+        vi = all_ind[: T * E].reshape(T, E, N, K)
+        last_team, last_ind = (
+            all_team[T * E : T * E + E],
+            all_ind[T * E : T * E + E],
+        )
+        nvt = torch.zeros_like(vt)
+        nvi = torch.zeros_like(vi)
+        pos = T * E + E
+        for step, rows in final_index:
+            r = torch.from_numpy(rows).to(dev)
+            nvt[step, r] = all_team[pos : pos + len(rows)]
+            nvi[step, r] = all_ind[pos : pos + len(rows)]
+            pos += len(rows)
+        # next value inside the episode: values[t+1] (or the value after the last step)
+        follow_team = torch.cat([vt[1:], last_team.unsqueeze(0)], 0)
+        follow_ind = torch.cat([vi[1:], last_ind.unsqueeze(0)], 0)
+        cont = torch.from_numpy(~(buffers.terminated | buffers.truncated)).to(dev)
+        nvt = torch.where(cont[..., None], follow_team, nvt)
+        nvi = torch.where(cont[..., None, None], follow_ind, nvi)
+        return vt, vi, nvt, nvi
 
     # -- checkpointing ------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -50,6 +50,7 @@ import pickle
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -60,11 +61,15 @@ from marl.adapters.envapi import VectorEnv
 from marl.models.policies import AgentLayout, neg_gumbel_noise
 from marl.models.seed_policies import SeedMultiAgentPolicy, seed_neg_gumbel_noise
 from marl.rollout.collect import (
-    EpisodeTracker,
     GroupBatch,
     GroupEpisodes,
     ObsBatcher,
     RolloutBatch,
+    RolloutBuffers,
+    Values,
+)
+from marl.rollout.episode_records import (
+    EpisodeTracker,
     agent_activity,
     live_mean_reward,
     reward_channels,
@@ -265,27 +270,13 @@ class SeedRolloutCollector:
         """Collect ``num_steps`` steps from every env of every seed (autoreset envs, episodes
         continue across calls); the arguments are :meth:`RolloutCollector.collect`'s, with
         ``value_fn`` taking and returning a leading seed axis (:data:`SeedValueFn`)."""
-        S, T, E, N = self.num_seeds, num_steps, self.num_envs, self.layout.n_agents
-        dev, agents, types = self.device, self.layout.agents, self.layout.types
+        S, T, E = self.num_seeds, num_steps, self.num_envs
+        dev, types = self.device, self.layout.types
         reuse = reuse_buffers and (self._buffers_batch is None or self._buffers_batch() is None)
-        f32, i64, b = torch.float32, torch.long, torch.bool
-        obs_buf, mask_buf, act_buf, logp_buf = {}, {}, {}, {}
-        for t in types:
-            n, name = t.n_agents, t.name
-            obs_buf[name] = self._buffer(f"obs/{name}", (S, T, E, n, t.obs_dim), f32, reuse)
-            mask_buf[name] = self._buffer(f"mask/{name}", (S, T, E, n, t.n_actions), b, reuse)
-            act_buf[name] = self._buffer(f"act/{name}", (S, T, E, n), i64, reuse)
-            logp_buf[name] = self._buffer(f"logp/{name}", (S, T, E, n), f32, reuse)
-        starts = self._buffer("starts", (S, T, E), b, reuse)
-        r_team = np.zeros((S, T, E), np.float32)
-        r_ind = np.zeros((S, T, E, N), np.float32)
-        r_pen = np.zeros((S, T, E, N), np.float32)
-        active = np.ones((S, T, E, N), bool)
-        any_left = False
-        term = np.zeros((S, T, E), bool)
-        trunc = np.zeros((S, T, E), bool)
+        buffers = RolloutBuffers.allocate(
+            partial(self._buffer, reuse=reuse), (S, T), E, self.layout
+        )
         need_state = store_state or value_fn is not None
-        state_all = state_buf = None
         noise = self._noise(T)
         wanted = {int(s): i for i, s in enumerate(window_state_steps)}
         window_states: dict[str, list] = {t.name: [None] * len(wanted) for t in types}
@@ -293,94 +284,106 @@ class SeedRolloutCollector:
         # per seed: the final states of truncated episodes and their (step, env rows)
         final_states: list[list[np.ndarray]] = [[] for _ in range(S)]
         final_index: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(S)]
-        cur_state = self._states() if need_state else None
+        cur_state = None
+        if need_state:
+            cur_state = self._states()
+            # seed k's states of every step, then (its last E rows) the state after the last one
+            shape = ((T + 1) * E, cur_state.shape[-1])
+            buffers.state_all = self._seed_blocks("state", S, shape, reuse)
+            buffers.state = buffers.state_all[:, : T * E].view(S, T, E, -1)
         for step in range(T):
             if step in wanted:
                 for t in types:
                     window_states[t.name][wanted[step]] = tuple(
                         s.clone() for s in self.policy_state[t.name]
                     )
-            per_seed = [self.batcher(obs) for obs in self.obs]
-            obs_t = {t.name: torch.stack([o[t.name] for o, _ in per_seed]) for t in types}
-            mask_t = {t.name: torch.stack([m[t.name] for _, m in per_seed]) for t in types}
-            for t in types:
-                obs_buf[t.name][:, step] = obs_t[t.name]
-                mask_buf[t.name][:, step] = mask_t[t.name]
-            reset = self.episode_start if self.policy.is_recurrent else None
-            actions, logps, self.policy_state = self.policy.act(
-                obs_t,
-                mask_t,
-                self.policy_state,
-                reset,
-                neg_gumbel={name: x[:, step] for name, x in noise.items()},
-            )
-            for t in types:
-                act_buf[t.name][:, step] = actions[t.name]
-                logp_buf[t.name][:, step] = logps[t.name]
-            starts[:, step] = self.episode_start
+            actions = self._act(buffers, step, {name: x[:, step] for name, x in noise.items()})
             if need_state:
-                if state_buf is None:
-                    # seed k's states of every step and, in its last E rows, the state after
-                    # the last step: the values' input without a concatenation
-                    state_all = self._seed_blocks(
-                        "state", S, ((T + 1) * E, cur_state.shape[-1]), reuse
-                    )
-                    state_buf = state_all[:, : T * E].view(S, T, E, -1)
-                state_buf[:, step] = cur_state
-            done = np.zeros((S, E), bool)
-            for k, vec in enumerate(self.vecs):
-                env_actions = self.batcher.actions_to_env({n: a[k] for n, a in actions.items()})
-                self.obs[k], rewards, terms, truncs, infos = vec.step(env_actions)
-                team, ind, pen = reward_channels(infos, agents)
-                r_team[k, step], r_ind[k, step], r_pen[k, step] = team, ind, pen
-                if "active" in infos[agents[0]]:
-                    active[k, step] = agent_activity(infos, agents, E)
-                    any_left |= not active[k, step].all()
-                te = np.asarray(terms[agents[0]], bool)
-                tr = np.asarray(truncs[agents[0]], bool) & ~te
-                term[k, step], trunc[k, step] = te, tr
-                done[k] = te | tr
-                reward = live_mean_reward(rewards, infos, agents)
-                episodes[k].extend(
-                    self.trackers[k].step(team, ind, pen, done[k], infos, agents, reward)
-                )
-                if value_fn is not None and tr.any():
-                    final_states[k].append(np.asarray(vec.final_state, np.float32)[tr])
-                    final_index[k].append((step, np.flatnonzero(tr)))
+                buffers.state[:, step] = cur_state
+            done = self._step_envs(
+                buffers, step, actions, episodes, final_states, final_index, value_fn is not None
+            )
             self.episode_start = torch.from_numpy(done).to(dev)
             if need_state:
                 cur_state = self._states()
         if before_values is not None:
             before_values()
-        vt = vi = nvt = nvi = None
+        values: Values = (None, None, None, None)
         if value_fn is not None:
-            state_all[:, T * E :] = cur_state
-            cont = torch.from_numpy(~(term | trunc)).to(dev)
-            vt, vi, nvt, nvi = self._values(value_fn, state_all, cont, final_states, final_index)
-        batch = SeedRolloutBatch(
-            obs=obs_buf,
-            mask=mask_buf,
-            actions=act_buf,
-            logp=logp_buf,
-            reward_team=torch.from_numpy(r_team).to(dev),
-            reward_individual=torch.from_numpy(r_ind).to(dev),
-            reward_penalty=torch.from_numpy(r_pen).to(dev),
-            active=torch.from_numpy(active).to(dev) if any_left else None,
-            terminated=torch.from_numpy(term).to(dev),
-            truncated=torch.from_numpy(trunc).to(dev),
-            episode_start=starts,
-            state=state_buf,
-            values_team=vt,
-            values_individual=vi,
-            next_values_team=nvt,
-            next_values_individual=nvi,
-            window_state_steps=tuple(int(s) for s in window_state_steps),
-            window_states=window_states,
-            episodes=episodes,
+            buffers.state_all[:, T * E :] = cur_state
+            cont = torch.from_numpy(~(buffers.terminated | buffers.truncated)).to(dev)
+            values = self._values(value_fn, buffers.state_all, cont, final_states, final_index)
+        batch = buffers.batch(
+            SeedRolloutBatch, dev, values, window_state_steps, window_states, episodes
         )
         if reuse:
             self._buffers_batch = weakref.ref(batch)
         return batch
+
+    def _act(
+        self, buffers: RolloutBuffers, step: int, neg_gumbel: dict[str, Tensor]
+    ) -> dict[str, Tensor]:
+        """Observe every seed's envs, sample the stacked policy's actions with the noise
+        ``neg_gumbel`` (per type ``[S, E, n_k, A_k]``) and record step ``step``'s
+        observations, masks, actions, log-probs and episode starts; returns the actions, per
+        type ``[S, E, n_k]``."""
+        types = self.layout.types
+        obs_buf, mask_buf = buffers.obs, buffers.mask
+        act_buf, logp_buf = buffers.actions, buffers.logp
+        per_seed = [self.batcher(obs) for obs in self.obs]
+        obs_t = {t.name: torch.stack([o[t.name] for o, _ in per_seed]) for t in types}
+        mask_t = {t.name: torch.stack([m[t.name] for _, m in per_seed]) for t in types}
+        for t in types:
+            obs_buf[t.name][:, step] = obs_t[t.name]
+            mask_buf[t.name][:, step] = mask_t[t.name]
+        reset = self.episode_start if self.policy.is_recurrent else None
+        actions, logps, self.policy_state = self.policy.act(
+            obs_t, mask_t, self.policy_state, reset, neg_gumbel=neg_gumbel
+        )
+        for t in types:
+            act_buf[t.name][:, step] = actions[t.name]
+            logp_buf[t.name][:, step] = logps[t.name]
+        buffers.episode_start[:, step] = self.episode_start
+        return actions
+
+    def _step_envs(
+        self,
+        buffers: RolloutBuffers,
+        step: int,
+        actions: dict[str, Tensor],
+        episodes: list[list[dict[str, float]]],
+        final_states: list[list[np.ndarray]],
+        final_index: list[list[tuple[int, np.ndarray]]],
+        keep_final: bool,
+    ) -> np.ndarray:
+        """Step each seed's env with its ``actions`` (per type ``[S, E, n_k]``), record step
+        ``step``'s rewards, activity and end flags, add the episodes that ended to
+        ``episodes[k]`` and, with ``keep_final`` (a value function), the final states of
+        truncated episodes to ``final_states[k]`` and their (step, env rows) to
+        ``final_index[k]``; returns ended ``[S, E]`` bool."""
+        agents, E = self.layout.agents, self.num_envs
+        done = np.zeros((self.num_seeds, E), bool)
+        for k, vec in enumerate(self.vecs):
+            env_actions = self.batcher.actions_to_env({n: a[k] for n, a in actions.items()})
+            self.obs[k], rewards, terms, truncs, infos = vec.step(env_actions)
+            team, ind, pen = reward_channels(infos, agents)
+            buffers.reward_team[k, step], buffers.reward_individual[k, step] = team, ind
+            buffers.reward_penalty[k, step] = pen
+            if "active" in infos[agents[0]]:
+                buffers.active[k, step] = agent_activity(infos, agents, E)
+                buffers.any_left |= not buffers.active[k, step].all()
+            te = np.asarray(terms[agents[0]], bool)
+            tr = np.asarray(truncs[agents[0]], bool) & ~te
+            buffers.terminated[k, step], buffers.truncated[k, step] = te, tr
+            done[k] = te | tr
+            reward = live_mean_reward(rewards, infos, agents)
+            episodes[k].extend(
+                self.trackers[k].step(team, ind, pen, done[k], infos, agents, reward)
+            )
+            if keep_final and tr.any():
+                final_states[k].append(np.asarray(vec.final_state, np.float32)[tr])
+                final_index[k].append((step, np.flatnonzero(tr)))
+        return done
 
     def _values(
         self,

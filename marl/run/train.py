@@ -24,10 +24,11 @@ evaluation, plots. Distributed (torchrun): every rank runs the loop; only rank 0
 :func:`train` checks and sets up; :func:`_train_loop` is the run's story (iterate, log,
 evaluate, checkpoint; finish), told with small parts: :class:`marl.run.rundir.RunDir` (the
 layout and its refuse / overwrite / resume rules), :class:`marl.run.signals.StopSignals`,
-:mod:`marl.run.progress` (budget, clock, progress bar), :class:`_Cadence` (when to evaluate and
-checkpoint) and :class:`_Checkpoints`. The options of an invocation that are no config fields
-(``--resume``, ``--overwrite``, ``--keep-checkpoints``, ``--wandb*``) come beside the config as
-a :class:`marl.run.options.RunOptions` (:func:`marl.run.config.parse_train_args`).
+:mod:`marl.run.progress` (budget, clock, progress bar), and :mod:`marl.run.checkpointing`:
+:class:`~marl.run.checkpointing.Cadence` (when to evaluate and checkpoint) and
+:class:`~marl.run.checkpointing.Checkpoints`. The options of an invocation that are no config
+fields (``--resume``, ``--overwrite``, ``--keep-checkpoints``, ``--wandb*``) come beside the
+config as a :class:`marl.run.options.RunOptions` (:func:`marl.run.config.parse_train_args`).
 
 Nothing is lost on a mistake or a fault (docs/CONTRACTS.md section 4): an existing run is
 never overwritten without ``--overwrite``; ``--resume`` checks everything (config changes,
@@ -63,8 +64,6 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -83,10 +82,9 @@ from marl.run.checkpoint import (
     RunDirBusyError,
     list_checkpoints,
     load_newest_checkpoint,
-    rng_state,
-    save_run_checkpoint,
     set_rng_state,
 )
+from marl.run.checkpointing import Cadence, Checkpoints, Start
 from marl.run.compile_clock import compile_clock
 from marl.run.config import (
     DEMO_MAX_TIME,
@@ -239,7 +237,7 @@ def _finish(
     run: RunDir,
     history: list[dict[str, Any]],
     clock: TrainingClock,
-    checkpoints: _Checkpoints,
+    checkpoints: Checkpoints,
     *,
     update: int,
     env_steps: int,
@@ -449,68 +447,20 @@ def _start_process(cfg: BaseConfig) -> tuple[distributed.DistContext, torch.devi
     return ctx, device
 
 
-@dataclass(frozen=True)
-class _Start:
-    """Where the loop starts: update 0 of a new run, or the checkpoint (``payload``, read from
-    ``path``) that a resumed run continues; ``keep``: how many checkpoints the run keeps."""
-
-    keep: int
-    payload: dict[str, Any] | None = None
-    path: str | None = None
-
-    @property
-    def resumed(self) -> bool:
-        return self.payload is not None
-
-    @property
-    def update(self) -> int:
-        return int(self.payload["update"]) if self.payload else 0
-
-    @property
-    def env_steps(self) -> int:
-        return int(self.payload["env_steps"]) if self.payload else 0
-
-    @property
-    def elapsed(self) -> float:
-        """Wall seconds of training in earlier invocations."""
-        return float(self.payload["elapsed"]) if self.payload else 0.0
-
-    @property
-    def cpu(self) -> float:
-        """CPU seconds of training in earlier invocations. Checkpoints from before the CPU-time
-        budget have none: their wall time bounds the CPU time of a one-thread run from above (no
-        run goes over its --max-cpu-time for the missing key)."""
-        return float(self.payload.get("cpu_elapsed", self.elapsed)) if self.payload else 0.0
-
-    @property
-    def position(self) -> tuple[int, float, float]:
-        """(env steps, wall seconds, CPU seconds) of training done before this invocation."""
-        return self.env_steps, self.elapsed, self.cpu
-
-    @property
-    def wandb_run_id(self) -> str | None:
-        return self.payload.get("wandb_run_id") if self.payload else None
-
-    @property
-    def provenance(self) -> list[dict[str, Any]]:
-        """The :func:`marl.run.provenance.provenance` records of the earlier invocations."""
-        return list(self.payload.get("provenance") or []) if self.payload else []
-
-
-def _starting_point(run: RunDir, options: RunOptions, is_main: bool) -> _Start:
+def _starting_point(run: RunDir, options: RunOptions, is_main: bool) -> Start:
     """A new run's start; on resume the newest checkpoint that loads (each newer one that does
     not is reported, on rank 0). The checkpoints kept: ``--keep-checkpoints``, else the resumed
     run's value, else :data:`marl.run.checkpoint.DEFAULT_KEEP`."""
     keep = options.keep_checkpoints
     if not options.resuming:
-        return _Start(keep=int(keep or DEFAULT_KEEP))
+        return Start(keep=int(keep or DEFAULT_KEEP))
     payload, path, _ = load_newest_checkpoint(run.path, warn=_warn if is_main else None)
     if keep is None:
         keep = payload.get("keep_checkpoints")
-    return _Start(keep=int(keep or DEFAULT_KEEP), payload=payload, path=path)
+    return Start(keep=int(keep or DEFAULT_KEEP), payload=payload, path=path)
 
 
-def _restore(algo: Algorithm, start: _Start, run: RunDir, *, seed: int, is_main: bool) -> None:
+def _restore(algo: Algorithm, start: Start, run: RunDir, *, seed: int, is_main: bool) -> None:
     """Load the resumed checkpoint into ``algo`` and restore the RNGs (rank 0: the saved ones;
     the other ranks are seeded anew from their seed and the update)."""
     assert start.payload is not None and start.path is not None
@@ -599,102 +549,6 @@ def _finished_record(
     }
 
 
-class _Checkpoints:
-    """The run's checkpoints (rank 0 writes them; :func:`marl.run.checkpoint.save_run_checkpoint`),
-    each with the policy artifact of its update beside it (``policy/``, no pickle: an
-    interrupted run can be evaluated and exported too), and what a failed run says it kept."""
-
-    def __init__(
-        self,
-        cfg: BaseConfig,
-        algo: Algorithm,
-        run: RunDir,
-        start: _Start,
-        logger: RunLogger,
-        history: list[dict[str, Any]],
-        *,
-        enabled: bool,
-        rng: Callable[[], dict[str, Any]] = rng_state,
-    ) -> None:
-        self.cfg, self.algo, self.run, self.keep = cfg, algo, run, start.keep
-        self.logger, self.history, self.enabled = logger, history, enabled
-        #: the RNG states a checkpoint holds (a seed of a batch: its own generator as torch's)
-        self.rng = rng
-        self.wandb_resume_id = start.wandb_run_id
-        #: the newest checkpoint written (or resumed from) and its update
-        self.path: str | None = start.path
-        self.update: int | None = start.update if start.resumed else None
-
-    def save(self, update: int, env_steps: int, clock: TrainingClock) -> None:
-        """Checkpoint ``update`` unless it is the newest checkpoint already; NonFiniteError
-        (nothing written) when the policy's parameters are not finite."""
-        if not self.enabled or self.update == update:
-            return
-        for p in self.algo.policy.parameters():
-            if not torch.isfinite(p).all():
-                raise NonFiniteError("policy parameters (checkpoint not written)")
-        payload = {
-            "algo": self.algo.state_dict(),
-            "update": update,
-            "env_steps": env_steps,
-            "elapsed": clock.elapsed(),
-            "cpu_elapsed": clock.cpu(),
-            "rng": self.rng(),
-            "config": config_to_dict(self.cfg),
-            "keep_checkpoints": self.keep,
-            # kept through resumes without --wandb, for a later one with it
-            "wandb_run_id": self.logger.wandb_run_id or self.wandb_resume_id,
-            "provenance": self.history,
-        }
-        self.logger.flush()  # the TensorBoard events up to this update are on disk first
-        self.path = save_run_checkpoint(self.run.path, update, payload, self.keep)
-        self.update = update
-        self.write_policy(update, env_steps)
-
-    def write_policy(self, update: int, env_steps: int) -> None:
-        """The policy artifact of ``update`` (no final evaluation yet)."""
-        write_policy_artifact(
-            self.run.path,
-            self.algo.policy,
-            self.cfg,
-            update=update,
-            env_steps=env_steps,
-            provenance=self.history[-1],
-        )
-
-    def relative_path(self) -> str | None:
-        """The newest checkpoint's path in the run directory (None before the first)."""
-        return self.path and os.path.relpath(self.path, self.run.path)
-
-    def kept_note(self) -> str:
-        """What a failed run kept: its newest good checkpoint, or that it had none yet."""
-        if self.path is not None:
-            return (
-                f"The last good checkpoint is kept: {self.path} (update {self.update}); "
-                f"python -m marl.train --resume {self.run.path} continues from it."
-            )
-        return (
-            "No checkpoint was kept: the run stopped before its first checkpoint (due at update "
-            f"{self.cfg.checkpoint_every}, --checkpoint-every)."
-        )
-
-
-@dataclass(frozen=True)
-class _Cadence:
-    """When the loop evaluates (every ``--eval-every`` updates, 0: never; on rank 0) and when
-    it checkpoints (every ``--checkpoint-every`` updates; and once more at its end)."""
-
-    eval_every: int
-    checkpoint_every: int
-    evaluates: bool
-
-    def evaluate_at(self, update: int) -> bool:
-        return self.evaluates and bool(self.eval_every) and update % self.eval_every == 0
-
-    def checkpoint_at(self, update: int) -> bool:
-        return update % self.checkpoint_every == 0
-
-
 def _evaluation_row(cfg: BaseConfig, algo: Algorithm) -> dict[str, float]:
     """An evaluation during training (``eval_episodes`` seeds from ``eval_seed``): its numeric
     figures as ``eval/`` keys of the metrics row, with the short names of docs/CONTRACTS.md
@@ -724,7 +578,7 @@ def _train_loop(
     ctx: distributed.DistContext,
     algo: Algorithm,
     run: RunDir,
-    start: _Start,
+    start: Start,
     wandb: WandbOptions | None,
 ) -> dict[str, Any] | None:
     """The run once its directory is prepared (and locked): iterate, log, evaluate and
@@ -734,10 +588,10 @@ def _train_loop(
     logger = _run_logger(cfg, run, start, wandb, enabled=is_main)
     # provenance of every invocation of this run (a resumed run keeps its earlier parts')
     history = [*start.provenance, provenance()]
-    checkpoints = _Checkpoints(cfg, algo, run, start, logger, history, enabled=is_main)
+    checkpoints = Checkpoints(cfg, algo, run, start, logger, history, enabled=is_main)
     if is_main and start.resumed:  # the artifact of the timeline resumed
         checkpoints.write_policy(start.update, start.env_steps)
-    cadence = _Cadence(cfg.eval_every, cfg.checkpoint_every, evaluates=is_main)
+    cadence = Cadence(cfg.eval_every, cfg.checkpoint_every, evaluates=is_main)
     budget, update, env_steps = Budget(cfg), start.update, start.env_steps
     bar = ProgressBar(budget, cfg.algo, start.position, enabled=is_main and cfg.progress)
     try:
@@ -783,7 +637,7 @@ def _train_loop(
 
 
 def _run_logger(
-    cfg: BaseConfig, run: RunDir, start: _Start, wandb: WandbOptions | None, *, enabled: bool
+    cfg: BaseConfig, run: RunDir, start: Start, wandb: WandbOptions | None, *, enabled: bool
 ) -> RunLogger:
     """metrics.jsonl, TensorBoard and W&B (rank 0); a resumed run's rows and events past its
     checkpoint are dropped, and its W&B run continued."""
@@ -843,7 +697,7 @@ def _stop_agreed(stop: StopSignals, ctx: distributed.DistContext) -> bool:
     return stop.requested
 
 
-def _say_interrupted(stop: StopSignals, checkpoints: _Checkpoints, update: int) -> None:
+def _say_interrupted(stop: StopSignals, checkpoints: Checkpoints, update: int) -> None:
     print(
         f"[marl.train] interrupted: checkpoint {checkpoints.path} (update {update}) "
         f"written{stop.since()}; continue with: python -m marl.train --resume "

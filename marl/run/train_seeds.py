@@ -48,6 +48,7 @@ from marl.run.checkpoint import (
     numbered_checkpoints,
     rng_state,
 )
+from marl.run.checkpointing import Cadence, Checkpoints, Start
 from marl.run.compile_clock import compile_clock
 from marl.run.config import (
     EXIT_INTERRUPTED,
@@ -69,13 +70,10 @@ from marl.run.rundir import (
 from marl.run.runlog import RunLogger
 from marl.run.signals import StopSignals
 from marl.run.train import (
-    _Cadence,
-    _Checkpoints,
     _default_run_dir,
     _evaluation_row,
     _finish,
     _finished_record,
-    _Start,
     _start_process,
     _warn,
     configure_process,
@@ -263,7 +261,7 @@ def train_seeds(
     starts = _restore(batch, runs, options) if options.resuming else None
     keep = int(options.keep_checkpoints or DEFAULT_KEEP)
     if starts is None:
-        starts = [_Start(keep=keep) for _ in seeds]
+        starts = [Start(keep=keep) for _ in seeds]
     with contextlib.ExitStack() as held:
         os.makedirs(root, exist_ok=True)
         for one, run in zip(cfgs, runs, strict=True):
@@ -289,9 +287,9 @@ def _read_json(path: str) -> dict[str, Any] | None:
         return None
 
 
-def _restore(batch: SeedBatch, runs: list[RunDir], options: RunOptions) -> list[_Start]:
+def _restore(batch: SeedBatch, runs: list[RunDir], options: RunOptions) -> list[Start]:
     """Every seed's checkpoint of the newest update that all of them hold, loaded into
-    ``batch``; each seed's :class:`_Start`."""
+    ``batch``; each seed's :class:`Start`."""
     held = [dict(numbered_checkpoints(run.path)) for run in runs]
     common = set.intersection(*(set(h) for h in held)) if held else set()
     if not common:
@@ -309,14 +307,14 @@ def _restore(batch: SeedBatch, runs: list[RunDir], options: RunOptions) -> list[
         except (KeyError, RuntimeError, ValueError, TypeError) as exc:
             raise CheckpointError(f"checkpoint {path} does not fit the batch ({exc})") from exc
         keep = options.keep_checkpoints or payload.get("keep_checkpoints") or DEFAULT_KEEP
-        starts.append(_Start(keep=int(keep), payload=payload, path=path))
+        starts.append(Start(keep=int(keep), payload=payload, path=path))
     print(f"[marl.train] resuming the batch {os.path.dirname(runs[0].path)} from update "
           f"{update}", file=sys.stderr, flush=True)  # fmt: skip
     return starts
 
 
 def _seed_loop(
-    cfgs: list[BaseConfig], batch: SeedBatch, runs: list[RunDir], starts: list[_Start]
+    cfgs: list[BaseConfig], batch: SeedBatch, runs: list[RunDir], starts: list[Start]
 ) -> list[dict[str, Any] | None] | None:
     """The batch's story, as :func:`marl.run.train._train_loop` tells one run's: iterate,
     log, evaluate and checkpoint every seed until its budget is spent, then finish it (a seed
@@ -331,12 +329,12 @@ def _seed_loop(
     ]  # fmt: skip
     histories = [[*start.provenance, provenance()] for start in starts]
     checkpoints = [
-        _Checkpoints(one, seed, run, start, logger, history, enabled=True, rng=seed.rng)
+        Checkpoints(one, seed, run, start, logger, history, enabled=True, rng=seed.rng)
         for one, seed, run, start, logger, history in zip(
             cfgs, seeds, runs, starts, loggers, histories, strict=True
         )
     ]
-    cadence = _Cadence(cfg.eval_every, cfg.checkpoint_every, evaluates=True)
+    cadence = Cadence(cfg.eval_every, cfg.checkpoint_every, evaluates=True)
     budget = Budget(cfg)
     update = [start.update for start in starts]
     env_steps = [start.env_steps for start in starts]
