@@ -9,7 +9,9 @@ stops at the first ``step()`` of a ``torch.optim.Optimizer`` that an algorithm's
 reaches. The path is
 
 * the **spine**: every repository function (marl/, envs/, seqmodels/) on the call stack at
-  that moment, from the train loop down to the function that calls ``optimizer.step()``;
+  that moment, from the train loop (``--from``, default ``_train_loop`` or, with
+  ``--seeds``, ``_seed_loop``: the entry points above it are not on the path) down to the
+  function that calls ``optimizer.step()``;
 * and every repository function **called in the policy phase** before that step: from the
   call of the spine's frame below ``update`` (the policy update of the batch, after the
   advantages) to the step (the minibatch's selection, the forward passes, the loss terms,
@@ -72,9 +74,13 @@ def _stack(frame: types.FrameType | None) -> list[types.FrameType]:
     return frames[::-1]
 
 
-def trace_update_path(argv: list[str]) -> list[tuple[str, str]]:
+def trace_update_path(
+    argv: list[str], origins: tuple[str, ...] = ("_train_loop", "_seed_loop")
+) -> list[tuple[str, str]]:
     """Train ``python -m marl.train ARGV`` until the first policy step of an update; returns the
-    update path's functions ((file, qualname), in order of first entry)."""
+    update path's functions ((file, qualname), in order of first entry), the spine from the
+    outermost frame named one of ``origins`` (the train loops of one run and of ``--seeds``;
+    from the outermost repository frame if none is)."""
     from marl.train import main as train_main
 
     calls: list[tuple[types.FrameType, tuple[str, str]]] = []
@@ -87,6 +93,8 @@ def trace_update_path(argv: list[str]) -> list[tuple[str, str]]:
             calls.append((frame, _name(frame.f_code)))
         elif _is_optimizer_step(frame):
             spine = [f for f in _stack(frame) if _is_repo(f.f_code)]
+            first = next((i for i, f in enumerate(spine) if f.f_code.co_name in origins), 0)
+            spine = spine[first:]
             below = next(
                 i for i in range(len(spine) - 1, -1, -1) if spine[i].f_code.co_name == "update"
             )
@@ -121,6 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--seeds", default=None, help="a --seeds batch, e.g. 0-1 (default: one run)"
     )
+    parser.add_argument(
+        "--from",
+        dest="start",
+        default="_train_loop,_seed_loop",
+        help="the functions the path may start at, comma-separated (default: the train loops "
+        "of one run and of --seeds)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the list as JSON")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="update_path_") as tmp:
@@ -130,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         ]  # fmt: skip
         if args.seeds:
             train_args += ["--seeds", args.seeds]
-        path = trace_update_path(train_args)
+        path = trace_update_path(train_args, tuple(args.start.split(",")))
     files = sorted({f for f, _ in path})
     for i, (file, qualname) in enumerate(path, 1):
         print(f"{i:3d}. {file}: {qualname}")
