@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -66,6 +67,12 @@ def compact_png(source: Any, dest: str) -> int:
         fh.write(data)
     os.replace(tmp, dest)
     return len(data)
+
+
+def _wrapped(title: str, width: int = 60) -> str:
+    """``title`` on lines of at most ``width`` characters: a long metric label (the diversity
+    metrics' are over 100) otherwise runs into the next panel's."""
+    return textwrap.fill(title, width=width)
 
 
 def make_plots(summary: Mapping[str, Any], out: str) -> list[str]:
@@ -158,9 +165,8 @@ def _plot_intervals(
                 ax.plot([m[stat_name]], [i], "k|", markersize=14)
             ax.set_yticks(range(len(names)))
             ax.set_yticklabels(names if col == 0 else [""] * len(names))
-            ax.set_title(
-                f"{stat_name.upper()} of {summary['metrics'][metric]['label']}", fontsize=9
-            )
+            title = f"{stat_name.upper()} of {summary['metrics'][metric]['label']}"
+            ax.set_title(_wrapped(title), fontsize=9)
             ax.grid(axis="x", alpha=0.3)
     return fig
 
@@ -192,7 +198,7 @@ def _plot_improvement(
         ax.set_xlim(0, 1)
         ax.set_yticks(range(len(others)))
         ax.set_yticklabels(others if ax is axes[0][0] else [""] * len(others))
-        ax.set_title(summary["metrics"][metric]["label"], fontsize=9)
+        ax.set_title(_wrapped(summary["metrics"][metric]["label"], width=40), fontsize=9)
     fig.suptitle(f"P(variant > {summary['reference']})", fontsize=10)
     return fig
 
