@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from marl.experiments.report.metrics import CURVE_KEYS
+from marl.run.rundir import atomic_write_bytes
 
 
 def _plt() -> Any:
@@ -62,10 +63,7 @@ def compact_png(source: Any, dest: str) -> int:
                 buffer, format="PNG", optimize=True
             )
             data = buffer.getvalue()
-    tmp = f"{dest}.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, dest)
+    atomic_write_bytes(dest, data)
     return len(data)
 
 
