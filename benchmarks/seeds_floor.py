@@ -89,9 +89,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from marl.algos import resolve_algorithm
-    from marl.algos.grpo import GRPO
-    from marl.algos.seed_grpo import SeedGRPO
-    from marl.algos.seed_mappo import SeedMAPPO
     from marl.run.config import ConfigError, parse_cli
     from marl.run.train import configure_process
 
@@ -101,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         p.error(str(exc))
     algorithm = resolve_algorithm(base.algo)
-    batched = SeedGRPO if issubclass(algorithm, GRPO) else SeedMAPPO
+    batched = algorithm.batch_class()
     configure_process(base)
     rate = gemm_rate(args.gemm_size)
     print(f"GEMM rate: {rate / 1e9:.1f} GFLOP/s ({args.gemm_size}^3 float32, "

@@ -29,7 +29,7 @@ Peak memory of one long-window update (a fresh process per rollout length T = se
         [--num-envs 8] [-- extra train flags]
 
 Many seeds at once (issue 37): training throughput of seeds 0..S-1 batched in one process,
-:class:`marl.algos.seed_mappo.SeedMAPPO`, or :class:`marl.algos.seed_grpo.SeedGRPO` when the
+:class:`marl.algos.mappo.SeedMAPPO`, or :class:`marl.algos.grpo.SeedGRPO` when the
 train flags after ``--`` say ``--algo grpo``, for each S of ``--sizes`` (S=1 always), as
 agent-steps/s summed over the seeds (each seed's ``env_steps_delta`` summed over the timed
 iterations, times the agents, over the seconds: GRPO's env steps per iteration vary with its
@@ -113,13 +113,13 @@ def throughput(args: argparse.Namespace) -> None:
     vec = algo.vec
     # env ceiling
     rng = np.random.default_rng(0)
-    obs = algo.collector.obs
+    obs = algo.collector.obs[0]  # the one run's observations
     steps = args.updates * cfg.rollout_steps
     t = time.perf_counter()
     for _ in range(steps):
         obs, *_ = vec.step(_random_allowed(obs, vec.possible_agents, rng))
     env_sps = steps * cfg.num_envs * n_agents / (time.perf_counter() - t)
-    algo.collector.obs = obs
+    algo.collector.obs[0] = obs
     algo.iteration(0.0)  # warm-up
     t = time.perf_counter()
     for _ in range(args.updates):
@@ -338,8 +338,8 @@ _REFERENCE = "single"
 
 _SEEDS_HELP = """\
 Training throughput of many seeds at once (python -m marl.train --seeds): seeds 0..S-1
-trained together in one process, for each S of --sizes, by marl.algos.seed_mappo.SeedMAPPO,
-or by marl.algos.seed_grpo.SeedGRPO when the train flags after -- hold --algo grpo.
+trained together in one process, for each S of --sizes, by marl.algos.mappo.SeedMAPPO,
+or by marl.algos.grpo.SeedGRPO when the train flags after -- hold --algo grpo.
 
 For each S a fresh process (this script, hidden option --child S) builds the batch with one
 config per seed (the train flags after --, seed k for seed k), runs one untimed warm-up
@@ -408,12 +408,9 @@ def _seeds_classes(cfg) -> tuple[type, type]:
     """(the single-seed trainer, the batch over seeds) of ``cfg.algo``, as ``marl.train
     --seeds`` picks them: SeedGRPO for GRPO and its subclasses, SeedMAPPO otherwise."""
     from marl.algos.base import resolve_algorithm
-    from marl.algos.grpo import GRPO
-    from marl.algos.seed_grpo import SeedGRPO
-    from marl.algos.seed_mappo import SeedMAPPO
 
     algorithm = resolve_algorithm(cfg.algo)
-    return algorithm, SeedGRPO if issubclass(algorithm, GRPO) else SeedMAPPO
+    return algorithm, algorithm.batch_class()
 
 
 def _check_seeds_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

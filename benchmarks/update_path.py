@@ -9,8 +9,8 @@ stops at the first ``step()`` of a ``torch.optim.Optimizer`` that an algorithm's
 reaches. The path is
 
 * the **spine**: every repository function (marl/, envs/, seqmodels/) on the call stack at
-  that moment, from the train loop (``--from``, default ``_train_loop`` or, with
-  ``--seeds``, ``_seed_loop``: the entry points above it are not on the path) down to the
+  that moment, from the train loop (``--from``, default ``_train_loop``, the loop of one run
+  and of ``--seeds``: the entry points above it are not on the path) down to the
   function that calls ``optimizer.step()``;
 * and every repository function **called in the policy phase** before that step: from the
   call of the spine's frame below ``update`` (the policy update of the batch, after the
@@ -75,11 +75,11 @@ def _stack(frame: types.FrameType | None) -> list[types.FrameType]:
 
 
 def trace_update_path(
-    argv: list[str], origins: tuple[str, ...] = ("_train_loop", "_seed_loop")
+    argv: list[str], origins: tuple[str, ...] = ("_train_loop",)
 ) -> list[tuple[str, str]]:
     """Train ``python -m marl.train ARGV`` until the first policy step of an update; returns the
     update path's functions ((file, qualname), in order of first entry), the spine from the
-    outermost frame named one of ``origins`` (the train loops of one run and of ``--seeds``;
+    outermost frame named one of ``origins`` (the train loop, of one run and of ``--seeds``;
     from the outermost repository frame if none is)."""
     from marl.train import main as train_main
 
@@ -132,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--from",
         dest="start",
-        default="_train_loop,_seed_loop",
-        help="the functions the path may start at, comma-separated (default: the train loops "
+        default="_train_loop",
+        help="the functions the path may start at, comma-separated (default: the train loop, "
         "of one run and of --seeds)",
     )
     parser.add_argument("--json", metavar="FILE", help="also write the list as JSON")

@@ -10,7 +10,7 @@ import torch
 from envs import multisearch_v0
 from envs.diversity import grouped_pairwise_jaccard, jaccard_distance, mean_pairwise_jaccard
 from marl.models.policies import AgentLayout, MultiAgentPolicy
-from marl.rollout.collect import BaselineActor, evaluate_episodes
+from marl.rollout.episodes import BaselineActor, evaluate_episodes
 from marl.run.evaluate import evaluate_policy
 
 

@@ -92,7 +92,7 @@ def test_logit_penalty_hand_worked_and_in_the_metrics(registry):
 def test_logit_penalty_trains_batched_over_seeds(registry):
     """docs/extending.md's examples run batched (``--seeds``): the hook's term per seed, and
     seed k in a batch equals the seed alone bit for bit."""
-    from marl.algos.seed_mappo import SeedMAPPO
+    from marl.algos.mappo import SeedMAPPO
 
     logit = _load("logit_penalty")
     before = torch.get_num_threads()

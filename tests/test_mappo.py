@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_train_fakeenv import vector_env
 
-from marl.algos.mappo import MAPPO, window_plan
+from marl.algos.mappo import MAPPO, SeedMAPPO, window_plan
 from marl.models.policies import AgentLayout, MultiAgentPolicy
 from marl.rollout.collect import RolloutCollector
 from marl.run.config import TrainConfig, validate_config
@@ -369,7 +369,7 @@ def test_state_dict_resumes_exactly():
 def test_parallel_update_error_reaches_the_caller(monkeypatch):
     torch.manual_seed(0)
     algo = MAPPO(_cfg(parallel_update=True), None)
-    monkeypatch.setattr(MAPPO, "update_critic", _critic_job_error)
+    monkeypatch.setattr(SeedMAPPO, "value_epochs_run", _critic_job_error)
     with pytest.raises(FloatingPointError, match="critic thread"):
         algo.iteration(0.0)
 

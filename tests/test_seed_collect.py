@@ -1,4 +1,4 @@
-"""marl.rollout.seed_collect: S seeds' rollouts in one collector against single-seed references.
+"""marl.rollout.collect: S seeds' rollouts in one collector against single-seed references.
 
 References, one torch thread:
 
@@ -24,8 +24,7 @@ from marl.algos.mappo import MAPPO
 from marl.algos.ppo import window_plan
 from marl.models.policies import AgentLayout
 from marl.models.seed_policies import SeedCentralCritic, build_seed_policies
-from marl.rollout.collect import RolloutBatch
-from marl.rollout.seed_collect import SeedRolloutBatch, SeedRolloutCollector
+from marl.rollout.collect import RolloutBatch, RolloutCollector, SeedRolloutBatch
 from marl.run.config import TrainConfig, validate_config
 
 FAKE = "test_train_fakeenv:vector_env"
@@ -78,7 +77,7 @@ def seed_rollouts(
     layout = AgentLayout.from_env(vecs[0])
     policy, critic, generators = build_seed_policies(cfg, seeds, layout, critic=True)
     value_fn = critic if stacked_critic else per_seed_values(critic)
-    collector = SeedRolloutCollector(vecs, layout, policy, seeds=seeds, generators=generators)
+    collector = RolloutCollector(vecs, layout, policy, seeds=seeds, generators=generators)
     windows = window_plan(cfg.rollout_steps, cfg.seq_len, cfg.burn_in)[2]
     steps = windows if policy.is_recurrent else []
     with torch.no_grad():
@@ -197,13 +196,13 @@ def test_state_dict_resumes_exactly(one_thread) -> None:
     vecs = [make_vector_env(cfg.env_fn, cfg.num_envs, cfg.env) for _ in SEEDS]
     layout = AgentLayout.from_env(vecs[0])
     policy, critic, generators = build_seed_policies(cfg, SEEDS, layout, critic=True)
-    collector = SeedRolloutCollector(vecs, layout, policy, seeds=SEEDS, generators=generators)
+    collector = RolloutCollector(vecs, layout, policy, seeds=SEEDS, generators=generators)
     collector.collect(cfg.rollout_steps)
     saved = copy.deepcopy(collector.state_dict())
     expected = collector.collect(cfg.rollout_steps, value_fn=critic)
     fresh_gens = [torch.Generator() for _ in SEEDS]
     vecs = [make_vector_env(cfg.env_fn, cfg.num_envs, cfg.env) for _ in SEEDS]
-    resumed = SeedRolloutCollector(vecs, layout, policy, seeds=SEEDS, generators=fresh_gens)
+    resumed = RolloutCollector(vecs, layout, policy, seeds=SEEDS, generators=fresh_gens)
     assert resumed.load_state_dict(saved)
     got = resumed.collect(cfg.rollout_steps, value_fn=critic)
     for k in range(len(SEEDS)):
@@ -216,4 +215,4 @@ def test_errors_say_what_to_do() -> None:
     layout = AgentLayout.from_env(vecs[0])
     policy, _, generators = build_seed_policies(cfg, [0, 1], layout, critic=False)
     with pytest.raises(ValueError, match="one env, one reset seed and one generator"):
-        SeedRolloutCollector(vecs[:1], layout, policy, seeds=[0], generators=generators[:1])
+        RolloutCollector(vecs[:1], layout, policy, seeds=[0], generators=generators[:1])

@@ -13,12 +13,10 @@ import os
 import pytest
 import torch
 
-from marl.algos.grpo import GRPO, collect_group_episodes, group_seeds
+from marl.algos.grpo import GRPO, SeedGRPO, collect_group_episodes, group_seeds, pad_episodes
 from marl.algos.ppo import Minibatch
-from marl.algos.seed_grpo import SeedGRPO, pad_episodes
 from marl.algos.seeds import seeded_build
-from marl.rollout.collect import GroupBatch
-from marl.rollout.seed_collect import collect_seed_group_episodes
+from marl.rollout.episodes import GroupBatch, collect_seed_group_episodes
 from marl.run.config import TrainConfig, validate_config
 from marl.train import main as train_main
 

@@ -22,8 +22,7 @@ import pytest
 import torch
 
 from marl.algos import mappo as mappo_module
-from marl.algos.mappo import MAPPO
-from marl.algos.seed_mappo import SeedMAPPO
+from marl.algos.mappo import MAPPO, SeedMAPPO
 from marl.algos.seeds import seeded_build
 from marl.core.losses import NonFiniteError
 from marl.run.config import ConfigError, TrainConfig, validate_config

@@ -37,7 +37,7 @@ def test_the_path_runs_from_the_train_loop_to_the_optimizer_step(update_path, tm
     names = [q for _, q in path]
     assert sys.getprofile() is None  # the profiler is removed
     assert names[0] == "_train_loop" and path[0][0] == os.path.join("marl", "run", "train.py")
-    for needed in ("MAPPO.update", "PolicyUpdate.minibatch_step", "ppo_surrogate"):
+    for needed in ("SeedMAPPO.update", "PolicyUpdate.minibatch_step", "ppo_surrogate"):
         assert needed in names, needed
     # the function that calls optimizer.step() is on the spine, before the policy phase's calls
     assert names.index("PolicyUpdate.minibatch_step") < names.index("ppo_surrogate")

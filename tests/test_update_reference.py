@@ -37,7 +37,7 @@ from marl.algos.grpo import GRPO, episode_units, group_seeds
 from marl.algos.mappo import MAPPO
 from marl.algos.ppo import PPOLossConfig
 from marl.core.losses import ValueNorm, ppo_stats, ppo_surrogate
-from marl.rollout.collect import collect_group_episodes
+from marl.rollout.episodes import collect_group_episodes
 from marl.run.config import TrainConfig, validate_config
 
 FAKE = "test_train_fakeenv:vector_env"

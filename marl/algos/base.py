@@ -557,6 +557,12 @@ class Algorithm(abc.ABC):
     policy: MultiAgentPolicy
     layout: AgentLayout
 
+    @classmethod
+    def batch_class(cls) -> type | None:
+        """The trainer of S runs of this algorithm at once (``--seeds``; a
+        :class:`marl.algos.seeds.SeedBatch`), or None: it trains one run at a time."""
+        return None
+
     @abc.abstractmethod
     def iteration(self, progress: float) -> dict[str, float]:
         """One collect + update at training progress ``progress`` in [0, 1]; returns the

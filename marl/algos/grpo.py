@@ -65,10 +65,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import hashlib
 import os
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import Any, ClassVar
 
@@ -109,6 +111,7 @@ from marl.algos.ppo import (
     PPOLossConfig,
     per_run_sum,
 )
+from marl.algos.seeds import SeedBatch, SeedMinibatch
 from marl.core.advantages import kl_k3, shape_with_penalty
 from marl.core.losses import NonFiniteError, linear_schedule
 from marl.core.whitening import (
@@ -120,11 +123,15 @@ from marl.core.whitening import (
     symmetric_clip,
 )
 from marl.models.policies import AgentLayout, MultiAgentPolicy, TypeActor
-from marl.rollout.collect import (
+from marl.models.seed_policies import SeedMultiAgentPolicy
+from marl.rollout.collect import OneRunPolicy, stack_runs
+from marl.rollout.episodes import (
     GroupBatch,
     collect_group_episodes,
+    collect_seed_group_episodes,
     group_ids_for,
     group_reset_seeds,
+    limit_of,
 )
 from marl.run.distributed import DistContext, all_reduce_sum, broadcast_parameters, guard
 from marl.run.rundir import atomic_write
@@ -136,6 +143,8 @@ __all__ = [
     "GroupBatch",
     "GRPO_SEED_BASE",
     "GRPOConfig",
+    "SeedGRPO",
+    "pad_episodes",
     "episode_units",
     "collect_group_episodes",
     "episode_returns",
@@ -382,25 +391,20 @@ class GRPO(Algorithm):
         self.debug_dir = os.environ.get("MARL_GRPO_DEBUG_DIR") or None
 
     # -- one update ------------------------------------------------------------------------
+    @classmethod
+    def batch_class(cls) -> type[SeedGRPO]:
+        return SeedGRPO
+
+    @functools.cached_property
+    def trainer(self) -> SeedGRPO:
+        """This run as a batch of one (:meth:`SeedGRPO.of_run`): what it trains with."""
+        return SeedGRPO.of_run(self)
+
     def iteration(self, progress: float) -> dict[str, float]:
-        """Collect P groups of G whole episodes, compute advantages, update the policy."""
-        cfg = self.cfg
-        t0 = time.perf_counter()
-        seeds = group_seeds(
-            cfg.seed, self.updates, self.num_groups, rank=self.rank, world_size=self.world_size
-        )
-        self.policy.eval()
-        try:
-            batch = collect_group_episodes(
-                self.vec, self.layout, self.policy, seeds, cfg.group_size, device=self.device
-            )
-        finally:
-            self.policy.train()
-        t_collect = time.perf_counter() - t0
-        metrics = self.update(batch, progress)
-        metrics["time/collect_s"] = t_collect
-        metrics["time/update_s"] = time.perf_counter() - t0 - t_collect
-        return metrics
+        """Collect P groups of G whole episodes, compute advantages, update the policy
+        (:meth:`SeedGRPO.iteration` of this run alone). Raises
+        :class:`~marl.core.losses.NonFiniteError` naming what turned NaN or inf."""
+        return self.trainer.plain_row(self.trainer.iteration([progress]))
 
     def advantages(self, batch: GroupBatch, progress: float) -> tuple[Tensor, dict[str, Any]]:
         """Final advantages ``[T, E, N]`` and diagnostics; sets ``batch.loss_mask [T, E]``."""
@@ -435,7 +439,7 @@ class GRPO(Algorithm):
                     + torch.arange(N, device=adv.device)[None, :]
                 )[None],
             )
-            with self._guard("second-stage whitening"):
+            with self.distributed_guard("second-stage whitening"):
                 adv = self.second_stage(adv.clone(), None, mask=mask3, keys=keys)
             info["adv_clip_frac"] = float(self.second_stage.last_clip_frac)
         elif cfg.adv_clip is not None:
@@ -468,35 +472,10 @@ class GRPO(Algorithm):
         return out
 
     def update(self, batch: GroupBatch, progress: float) -> dict[str, float]:
-        """Advantages, statistics and the policy update for one collected batch."""
-        cfg = self.cfg
-        adv, info = self.advantages(batch, progress)
-        metrics = self.advantage_metrics(batch, adv, info)
-        ref_logp = self.reference_step(batch, metrics)
-        ent_coef = linear_schedule(cfg.ent_coef, cfg.ent_coef_final, progress)
-        lr_scale = max(1.0 - progress, 0.0) if cfg.lr_schedule == "linear" else 1.0
-        self.policy_update.set_lr(cfg.lr * lr_scale)
-        coef = PPOLossConfig(
-            clip_low=cfg.clip_low,
-            clip_high=cfg.clip_high,
-            dual_clip=cfg.dual_clip,
-            ent_coef=ent_coef,
-        )
-        units = episode_units(batch, adv, self.layout, self.policy, ref_logp)
-        with self._guard("GRPO policy update"):
-            metrics.update(self.policy_update.run(units, coef))
-        metrics["lr"] = cfg.lr * lr_scale
-        metrics["ent_coef"] = ent_coef
-        if self.offset is not None:
-            metrics["optimism_offset"] = float(self.offset.b.detach())
-        if batch.episodes:
-            for key in batch.episodes[0]:
-                metrics[f"episode/{key}"] = float(np.mean([e[key] for e in batch.episodes]))
-        metrics["episodes"] = float(len(batch.episodes))
-        self.updates += 1
-        if self.debug_dir:
-            self._debug_dump(batch, info, adv)
-        return metrics
+        """Advantages, statistics and the policy update for one collected batch
+        (:meth:`SeedGRPO.update` of this run alone). Raises
+        :class:`~marl.core.losses.NonFiniteError` naming what turned NaN or inf."""
+        return self.trainer.plain_row(self.trainer.update([batch], [progress]))
 
     def reference_step(
         self, batch: GroupBatch, metrics: dict[str, float]
@@ -574,12 +553,12 @@ class GRPO(Algorithm):
         metrics["env_steps_delta"] = float(counts[2]) / self.world_size
         return metrics
 
-    def _guard(self, what: str) -> contextlib.AbstractContextManager:
+    def distributed_guard(self, what: str) -> contextlib.AbstractContextManager:
         """:func:`marl.run.distributed.guard` when distributed, else a null context."""
         return guard(self.ctx, what) if self.distributed else contextlib.nullcontext()
 
     # -- debugging ---------------------------------------------------------------------------
-    def _debug_dump(self, batch: GroupBatch, info: dict[str, Any], adv: Tensor) -> None:
+    def debug_dump(self, batch: GroupBatch, info: dict[str, Any], adv: Tensor) -> None:
         os.makedirs(self.debug_dir, exist_ok=True)
         team, ind, pen = episode_returns(batch)
         params = {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
@@ -640,3 +619,208 @@ class GRPO(Algorithm):
             broadcast_parameters(self.policy, self.ctx)
             if self.reference is not None:
                 broadcast_parameters(self.reference, self.ctx)
+
+
+#: the value each field of a padded step takes (the loss mask keeps it out of the loss)
+_PAD = {"action_mask": True, "loss_mask": False, "resets": False, "agent_mask": False}
+
+
+def pad_episodes(mb: Minibatch, length: int) -> Minibatch:
+    """Whole-episode units ``[E, T, ...]`` padded to ``length`` steps along dim 1: padded
+    steps allow every action, enter no loss (``loss_mask`` False) and reset nothing."""
+    T = mb.obs.shape[1]
+    if length < T:
+        raise ValueError(f"episodes of {T} steps exceed the padding length {length}")
+    if length == T:
+        return mb
+    pad = _padding(mb, length - T)
+    return replace(mb, **{name: torch.cat([getattr(mb, name), value], dim=1)
+                          for name, value in pad.items()})  # fmt: skip
+
+
+def _padding(mb: Minibatch, steps: int) -> dict[str, Tensor]:
+    """``steps`` padding steps of each per-step field of ``mb`` (the initial state and the
+    burn-in lengths are per unit, not per step)."""
+    out = {}
+    for f in fields(mb):
+        value = getattr(mb, f.name)
+        if value is None or f.name in ("state", "burn_in"):
+            continue
+        shape = (value.shape[0], steps, *value.shape[2:])
+        out[f.name] = torch.full(shape, _PAD.get(f.name, 0), dtype=value.dtype,
+                                 device=value.device)  # fmt: skip
+    return out
+
+
+class SeedGRPO(SeedBatch):
+    """S GRPO runs trained as one: one collection and one update for every run (``cfgs[k]``:
+    run k's config, equal but for ``seed`` and ``run_dir``). A plain run is the batch of one
+    (:meth:`GRPO.trainer`, :meth:`SeedBatch.of_run`): ``python -m marl.train --algo grpo
+    --seed k`` and ``--seeds 0-15`` train through these lines.
+
+    Each run k is a whole :class:`GRPO` (``runs[k]``: its group seeds, advantages,
+    second-stage whitener, reference policy and metrics are that run's own); the collection
+    and the policy update run for every run at once (:mod:`marl.algos.seeds`)::
+
+        collect: every run's P groups x G episodes stepped together
+                 (marl.rollout.episodes.collect_seed_group_episodes; run k stops when its
+                 episodes end)
+        advantages, reference log-probs, metrics     per run (runs[k]: one run's code)
+        units: each run's whole episodes, padded to the env's episode cap (max_cycles)
+        epochs of minibatches (SeedBatch.policy_epochs): loss per run, backward, per-run
+                 clipping, optimizer.step()
+
+    Padding: run k's episodes last T_k steps; in a batch of several runs they are padded
+    (loss mask off) to the env's ``max_cycles``, a length that does not depend on the other
+    runs, so that run k's update has the same shapes in any batch and equals ``--seeds k``
+    bit for bit. An env without ``max_cycles`` pads to the longest episode of the batch:
+    then a batch agrees with ``--seeds k`` to float32 rounding only. A plain run is not
+    padded.
+
+    Each run's env steps per update vary (episodes end when they end), so each run spends
+    its budget at its own update; a run that has spent it steps no more (``done``). Not
+    batched: the reference policy's log-probs (each run's own module, one after another).
+    """
+
+    def __init__(
+        self,
+        cfgs: Sequence[GRPOConfig],
+        device: torch.device | str = "cpu",
+        algorithm: type[GRPO] = GRPO,
+    ) -> None:
+        super().__init__(algorithm, cfgs, device)  # the objective has the runs' KL hook
+        vec = self.runs[0].vec
+        #: the episodes' padded length (None: the longest episode of each collection)
+        self.pad_to = limit_of(vec) if hasattr(vec, "max_cycles") else None
+        self.acting: SeedMultiAgentPolicy | OneRunPolicy = self.policy
+
+    @classmethod
+    def of_run(cls, run: GRPO) -> SeedGRPO:
+        """``run`` as a batch of one (:meth:`SeedBatch.of_run`): its own actor collects, its
+        episodes are not padded."""
+        batch = super().of_run(run)
+        batch.pad_to = None
+        batch.acting = OneRunPolicy(run.policy)
+        return batch
+
+    def iteration(self, progress: float | Sequence[float]) -> list[dict[str, float]]:
+        """Collect each training run's P groups of G whole episodes, compute its advantages
+        and update every run's policy; returns each run's metrics ({} for a run that no
+        longer trains)."""
+        progress = self.per_seed(progress)
+        t0 = time.perf_counter()
+        seeds = [
+            group_seeds(run.cfg.seed, run.updates, run.num_groups, rank=run.rank,
+                        world_size=run.world_size) if self.training(k) else None
+            for k, run in enumerate(self.runs)
+        ]  # fmt: skip
+        acting = self.runs[0].policy if self.own else self.policy
+        acting.eval()
+        try:
+            batches = collect_seed_group_episodes(
+                [r.vec for r in self.runs],
+                self.layout,
+                self.acting,
+                seeds,
+                self.cfg.group_size,
+                self.generators,
+                device=self.device,
+            )
+        finally:
+            acting.train()
+        t_collect = time.perf_counter() - t0
+        metrics = self.update(batches, progress)
+        for row in metrics:
+            if row:
+                row["time/collect_s"] = t_collect
+                row["time/update_s"] = time.perf_counter() - t0 - t_collect
+        return metrics
+
+    def update(
+        self, batches: list[GroupBatch | None], progress: Sequence[float]
+    ) -> list[dict[str, float]]:
+        """Advantages, reference log-probs and metrics per run (one run's code), then the
+        policy epochs of every run."""
+        cfg, S = self.cfg, self.num_seeds
+        metrics: list[dict[str, float]] = [{} for _ in range(S)]
+        units: list[dict[str, Minibatch] | None] = [None] * S
+        advs: list[tuple[Tensor, dict[str, Any]] | None] = [None] * S
+        for k, (run, batch) in enumerate(zip(self.runs, batches, strict=True)):
+            if batch is None or not self.training(k):
+                continue
+            try:
+                adv, info = advs[k] = run.advantages(batch, progress[k])
+            except NonFiniteError as exc:
+                self._stop(k, exc.quantity)
+                continue
+            metrics[k] = run.advantage_metrics(batch, adv, info)
+            refresh = cfg.ref_refresh and run.updates > 0 and run.updates % cfg.ref_refresh == 0
+            if run.reference is not None and refresh:
+                self.sync(k)  # the reference takes the stack's current policy
+            ref_logp = run.reference_step(batch, metrics[k])
+            units[k] = episode_units(batch, adv, self.layout, run.policy, ref_logp)
+        if all(u is None for u in units):  # no run trains (all stopped here)
+            return [{} for _ in range(S)]
+        rates = self.set_lr(self.policy_opt, cfg.lr, progress)
+        coefs = [
+            PPOLossConfig(cfg.clip_low, cfg.clip_high, cfg.dual_clip,
+                          linear_schedule(cfg.ent_coef, cfg.ent_coef_final, p))
+            for p in progress
+        ]  # fmt: skip
+        stacked = self.stack_units(units)
+        E = next(iter(stacked.values())).num_units
+        # a run draws its epochs' permutations epoch by epoch, as a plain run always did
+        orders = [
+            stack_runs([
+                torch.randperm(E, generator=g) if self.training(k) else torch.arange(E)
+                for k, g in enumerate(self.generators)
+            ])
+            for _ in range(cfg.epochs)
+        ]  # fmt: skip
+        with self.runs[0].distributed_guard(
+            "GRPO policy update"
+        ):  # distributed: a plain run's ranks
+            policy_metrics, stops = self.policy_epochs(stacked, coefs, orders)
+        for k, reason in sorted(stops.items()):
+            self._stop(k, reason)
+        for k, (run, batch) in enumerate(zip(self.runs, batches, strict=True)):
+            if not self.training(k) or not metrics[k]:
+                metrics[k] = {}
+                continue
+            row = metrics[k]
+            # (a hook may report a plain run's metric as a scalar: reshape(-1))
+            row.update({key: float(v.reshape(-1)[k]) for key, v in policy_metrics.items()})
+            row["lr"] = rates[k]
+            row["ent_coef"] = float(coefs[k].ent_coef)
+            if run.offset is not None:
+                row["optimism_offset"] = float(run.offset.b.detach())
+            if batch.episodes:
+                for key in batch.episodes[0]:
+                    row[f"episode/{key}"] = float(np.mean([e[key] for e in batch.episodes]))
+            row["episodes"] = float(len(batch.episodes))
+            run.updates += 1
+            if run.debug_dir:
+                run.debug_dump(batch, advs[k][1], advs[k][0])
+        return metrics
+
+    def stack_units(self, units: list[dict[str, Minibatch] | None]) -> dict[str, SeedMinibatch]:
+        """Every run's episode units, padded to :attr:`pad_to` (or the longest) and stacked;
+        a run without units (it no longer trains) gets padding only."""
+        present = [u for u in units if u is not None]
+        if not present:
+            raise RuntimeError("no run of the batch trains any more")
+        length = self.pad_to or max(next(iter(u.values())).obs.shape[1] for u in present)
+        template = present[0]
+        out = {}
+        for name in template:
+            per_seed = []
+            for u in units:
+                mb = u[name] if u is not None else _empty_like(template[name])
+                per_seed.append(pad_episodes(mb, length))
+            out[name] = SeedMinibatch.stack(per_seed)
+        return out
+
+
+def _empty_like(mb: Minibatch) -> Minibatch:
+    """Units of ``mb``'s shape that enter no loss: one padding step (padded further later)."""
+    return replace(mb, **_padding(mb, 1))

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from marl.core.advantages import group_relative_advantages, process_advantages
-from marl.rollout.collect import GroupBatch
+from marl.rollout.episodes import GroupBatch
 
 #: the inner groupings of the individual channel: group x agent type, or the group
 _GRPO_INNER = ("type", "batch")

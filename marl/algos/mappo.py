@@ -1,6 +1,7 @@
 """MAPPO: decentralised actors per agent type, a centralised critic on ``state()``.
 
-One iteration reads top to bottom in :meth:`MAPPO.iteration` and :meth:`MAPPO.update`:
+One iteration reads top to bottom in :meth:`SeedMAPPO.iteration` and :meth:`SeedMAPPO.update`,
+for S runs at once; a plain run is a batch of one (:attr:`MAPPO.trainer`):
 
 1. **collect** ``T`` steps from ``E`` envs (:class:`marl.rollout.collect.RolloutCollector`) with the
    critic's team values ``[T, E, K]`` and per-agent individual values ``[T, E, N, K]``
@@ -20,8 +21,8 @@ One iteration reads top to bottom in :meth:`MAPPO.iteration` and :meth:`MAPPO.up
    ``tbptt_chunk`` steps with one backward per chunk): loss (the named terms of
    :class:`marl.algos.ppo.ClipPPOObjective`), ``zero_grad``, ``backward``,
    ``clip_grad_norm_``, ``optimizer.step()``;
-5. **value epochs** (:meth:`MAPPO.update_critic`): clipped value loss on ValueNorm-normalised
-   returns, its own Adam.
+5. **value epochs** (:meth:`SeedMAPPO.value_epochs_run`): clipped value loss on
+   ValueNorm-normalised returns, its own Adam.
 
 With ``parallel_update`` steps 4 and 5 run side by side in two threads (they share nothing;
 the critic's minibatch orders are drawn first, so the results are the same either way), and,
@@ -31,7 +32,9 @@ type's forward and backward in its own thread too (one optimiser step after both
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -60,6 +63,7 @@ from marl.algos.ppo import (
     stack_windows,
     window_plan,
 )
+from marl.algos.seeds import SeedBatch, SeedMinibatch, load_views_state
 from marl.algos.value_update import ValueTargets, ValueUpdate
 from marl.core.advantages import gae, shape_with_penalty
 from marl.core.losses import (
@@ -70,10 +74,10 @@ from marl.core.losses import (
 )
 from marl.core.whitening import GroupKeys, advantage_stats, whiten
 from marl.models.policies import AgentLayout, CentralCritic, MultiAgentPolicy
-from marl.rollout.collect import RolloutBatch, RolloutCollector
+from marl.rollout.collect import RolloutBatch, RolloutCollector, SeedRolloutBatch, stack_runs
 from marl.run.distributed import DistContext, broadcast_parameters
 
-__all__ = ["MAPPO", "MAPPOConfig", "MAPPOAdvantages", "episode_segments"]
+__all__ = ["MAPPO", "MAPPOConfig", "MAPPOAdvantages", "SeedMAPPO", "episode_segments"]
 
 _f = config_field
 
@@ -289,7 +293,8 @@ def episode_segments(episode_start: Tensor, window: int) -> Tensor:
 
 
 class MAPPO(Algorithm):
-    """The MAPPO algorithm object driven by :func:`marl.run.train.train`."""
+    """One MAPPO run: its env, actors, critic, statistics and advantages; it trains as a
+    batch of one (:attr:`trainer`), as each run of ``--seeds`` trains in its batch."""
 
     name: ClassVar[str] = "mappo"
     config_class: ClassVar[type[BaseConfig]] = MAPPOConfig
@@ -354,16 +359,20 @@ class MAPPO(Algorithm):
         self.last_advantages: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     # -- one iteration ---------------------------------------------------------------------
+    @classmethod
+    def batch_class(cls) -> type[SeedMAPPO]:
+        return SeedMAPPO
+
+    @functools.cached_property
+    def trainer(self) -> SeedMAPPO:
+        """This run as a batch of one (:meth:`SeedMAPPO.of_run`): what it trains with."""
+        return SeedMAPPO.of_run(self)
+
     def iteration(self, progress: float) -> dict[str, float]:
-        """Collect one rollout of ``T x E`` env steps and update on it; returns its metrics."""
-        t0 = time.perf_counter()
-        batch = self.collect(reuse_buffers=True)  # dropped before the next iteration's
-        t_collect = time.perf_counter() - t0
-        metrics = self.update(batch, progress)
-        metrics["time/collect_s"] = t_collect
-        metrics["time/update_s"] = time.perf_counter() - t0 - t_collect
-        metrics["env_steps_delta"] = float(batch.num_steps * batch.num_envs)
-        return metrics
+        """Collect one rollout of ``T x E`` env steps and update on it; returns its metrics
+        (:meth:`SeedMAPPO.iteration` of this run alone). Raises
+        :class:`~marl.core.losses.NonFiniteError` naming what turned NaN or inf."""
+        return self.trainer.plain_row(self.trainer.iteration([progress]))
 
     def collect(self, *, reuse_buffers: bool = False) -> RolloutBatch:
         """One rollout with the critic's values of every state (normalised space);
@@ -385,44 +394,11 @@ class MAPPO(Algorithm):
         return self.critic(state)
 
     def update(self, batch: RolloutBatch, progress: float) -> dict[str, float]:
-        """Advantages, then the policy epochs and the value epochs on one rollout."""
-        cfg = self.cfg
-        adv = self.advantages(batch, progress)
-        metrics = self.advantage_metrics(adv)
-        ent_coef = linear_schedule(cfg.ent_coef, cfg.ent_coef_final, progress)
-        lr_scale = max(1.0 - progress, 0.0) if cfg.lr_schedule == "linear" else 1.0
-        self.policy_update.set_lr(cfg.lr * lr_scale)
-        units = self.policy_units(batch, adv.final)
-        coef = PPOLossConfig(
-            clip_low=cfg.clip_low,
-            clip_high=cfg.clip_high,
-            dual_clip=cfg.dual_clip,
-            ent_coef=ent_coef,
-        )
-        # the critic's minibatch orders are drawn before the policy's, so that the results do
-        # not depend on whether the two run side by side
-        value_orders = [
-            torch.randperm(batch.num_steps * batch.num_envs)
-            for _ in range(cfg.resolved_value_epochs)
-        ]
-        policy_metrics, value_metrics = side_by_side(
-            [
-                lambda: self.policy_update.run(units, coef),
-                lambda: self.update_critic(batch, adv, value_orders, lr_scale),
-            ],
-            parallel=self.parallel,
-        )
-        metrics.update(policy_metrics)
-        metrics.update(value_metrics)
-        metrics["lr"] = cfg.lr * lr_scale
-        metrics["ent_coef"] = ent_coef
-        if self.offset is not None:
-            metrics["optimism_offset"] = float(self.offset.b.detach())
-        if batch.episodes:
-            for key in batch.episodes[0]:
-                metrics[f"episode/{key}"] = float(np.mean([e[key] for e in batch.episodes]))
-        metrics["episodes"] = float(len(batch.episodes))
-        return metrics
+        """Advantages, then the policy epochs and the value epochs on one rollout
+        (:meth:`SeedMAPPO.update` of this run alone); its metrics. Raises
+        :class:`~marl.core.losses.NonFiniteError` naming what turned NaN or inf."""
+        rows = self.trainer.update(SeedRolloutBatch.of_one(batch), [progress])
+        return self.trainer.plain_row(rows)
 
     # -- advantages ------------------------------------------------------------------------
     def advantages(self, batch: RolloutBatch, progress: float) -> MAPPOAdvantages:
@@ -619,34 +595,6 @@ class MAPPO(Algorithm):
         return units
 
     # -- critic ----------------------------------------------------------------------------
-    def update_critic(
-        self,
-        batch: RolloutBatch,
-        adv: MAPPOAdvantages,
-        orders: list[Tensor],
-        lr_scale: float,
-    ) -> dict[str, float]:
-        """ValueNorm update, then one value epoch per permutation in ``orders`` (each of the
-        ``T * E`` states), minibatches as the policy's."""
-        cfg = self.cfg
-        T, E, N = batch.num_steps, batch.num_envs, self.layout.n_agents
-        ev = adv.explained_variance()
-        target_team, target_ind = self.value_targets(adv)
-        K = target_team.shape[-1]
-        data = ValueTargets(  # a batch of one run
-            batch.state.reshape(1, T * E, -1),
-            batch.values_team.reshape(1, T * E, K),
-            batch.values_individual.reshape(1, T * E, N, K),
-            target_team.reshape(1, T * E, K),
-            target_ind.reshape(1, T * E, N, K),
-            None if batch.active is None else batch.active.reshape(1, T * E, N, 1),
-        )
-        self.value_update.set_lr(cfg.resolved_critic_lr * lr_scale)
-        metrics, stops = self.value_update.epochs_of_minibatches(data, [o[None] for o in orders])
-        if stops:
-            raise NonFiniteError(stops[0])
-        return {key: float(value[0]) for key, value in metrics.items()} | {"explained_variance": ev}
-
     def value_targets(self, adv: MAPPOAdvantages) -> tuple[Tensor, Tensor]:
         """The ValueNorm update on the rollout's returns, then the returns normalised: the
         critic's targets ``[T, E, K]`` (team) and ``[T, E, N, K]`` (individual)."""
@@ -705,6 +653,249 @@ class MAPPO(Algorithm):
         if self.ctx is not None and self.ctx.rank != 0:
             # the checkpoint holds rank 0's environments: other ranks restart their own
             collector_state = {**collector_state, "env": None}
-        seed = self.cfg.seed if self.ctx is None else self.ctx.seed_offset(self.cfg.seed)
-        self.collector.load_state_dict(collector_state, seed=seed)
+        self.collector.load_state_dict(collector_state)
         self.vec = self.collector.vec
+
+
+class SeedMAPPO(SeedBatch):
+    """S MAPPO runs trained as one: one rollout and one update for every run (``cfgs[k]``:
+    run k's config, equal but for ``seed`` and ``run_dir``; ``algorithm``: MAPPO or a
+    subclass, e.g. one of docs/extending.md's). A plain run is the batch of one
+    (:meth:`MAPPO.trainer`, :meth:`SeedBatch.of_run`): ``python -m marl.train --seed k`` and
+    ``--seeds 0-15`` train through these lines.
+
+    Each run ``k`` is a whole :class:`MAPPO` (``self.runs[k]``: its config, env, whitener,
+    ValueNorm, penalty schedule, advantages and metrics are that run's own), and the expensive
+    parts run for all runs together on stacked modules (a leading run axis,
+    :mod:`marl.models.seed_policies`):
+
+    - the rollout: :class:`marl.rollout.collect.RolloutCollector` steps every run's envs and
+      runs every run's actor and critic in one batched call per step (a plain run: its own
+      actor and critic);
+    - the update (:meth:`update`)::
+
+          advantages, whitening and metrics      per run (runs[k].advantages: one run's code)
+          epochs of minibatches (per-run permutations, drawn from run k's generator):
+              loss per run [S]                    (ClipPPOObjective with a per-run count)
+              zero_grad; loss.sum().backward()    (run k's parameters get run k's gradient)
+              clip each run by its own norm       (never the stack's)
+              optimizer.step()                    (a stock Adam over per-run views: each
+                                                   run's step count and moments are its own)
+          value epochs: the same, on the stacked critic
+
+    The policy epochs are :class:`marl.algos.ppo.PolicyUpdate`'s and the value epochs
+    :class:`marl.algos.value_update.ValueUpdate`'s. Independence, equality and stopping:
+    :mod:`marl.algos.seeds`. Distributed training (torchrun) trains a plain run, a batch of
+    one; ``--seeds`` refuses it.
+    """
+
+    def __init__(
+        self,
+        cfgs: Sequence[MAPPOConfig],
+        device: torch.device | str = "cpu",
+        algorithm: type[MAPPO] = MAPPO,
+    ) -> None:
+        super().__init__(algorithm, cfgs, device)
+        #: the value update of every run at once (each run's critic is its slice)
+        self.value_update = ValueUpdate.from_config([r.critic for r in self.runs], self.cfg)
+        self.collector = RolloutCollector(
+            [r.vec for r in self.runs],
+            self.layout,
+            self.policy,
+            seeds=self.seeds,
+            generators=self.generators,
+            device=self.device,
+        )
+        #: the critic the rollout's values come from (``state [S, M, D_s]``)
+        self.value_fn = self.value_update.stack
+        self.parallel = bool(self.cfg.parallel_update)
+        self._critic_parts()
+
+    @classmethod
+    def of_run(cls, run: MAPPO) -> SeedMAPPO:
+        """``run`` as a batch of one (:meth:`SeedBatch.of_run`): its own value update,
+        collector (one run's: its own actor) and critic (one run's values), its
+        ``parallel`` setting (off when distributed)."""
+        batch = super().of_run(run)
+        batch.value_update = run.value_update
+        batch.collector = run.collector
+        batch.value_fn = run.values
+        batch.parallel = run.parallel
+        batch._critic_parts()
+        return batch
+
+    def _critic_parts(self) -> None:
+        self.critic = self.value_update.stack
+        self.critic_views = self.value_update.views
+        self.critic_opt = self.value_update.optimizer
+
+    # -- one iteration ---------------------------------------------------------------------
+    def iteration(self, progress: float | Sequence[float]) -> list[dict[str, float]]:
+        """One rollout of ``T x E`` env steps per run and the update on it (``progress[k]``:
+        run k's budget progress); returns each run's metrics ({} for a run that no longer
+        trains)."""
+        progress = self.per_seed(progress)
+        t0 = time.perf_counter()
+        acting = self.runs[0].policy if self.own else self.policy
+        acting.eval()
+        try:
+            batch = self.collector.collect(
+                self.cfg.rollout_steps,
+                value_fn=self.value_fn,
+                window_state_steps=self.runs[0].window_starts,
+                reuse_buffers=True,  # the batch is dropped before the next iteration's
+            )
+        finally:
+            acting.train()
+        if self.own:
+            batch = SeedRolloutBatch.of_one(batch)
+        t_collect = time.perf_counter() - t0
+        metrics = self.update(batch, progress)
+        t_update = time.perf_counter() - t0 - t_collect
+        for row in metrics:
+            if row:
+                row["time/collect_s"] = t_collect
+                row["time/update_s"] = t_update
+                row["env_steps_delta"] = float(batch.num_steps * batch.num_envs)
+        return metrics
+
+    def update(self, batch: SeedRolloutBatch, progress: Sequence[float]) -> list[dict[str, float]]:
+        """Advantages per run (``runs[k].advantages``: one run's code), then the policy
+        epochs and the value epochs of every run, side by side with ``parallel_update``."""
+        cfg = self.cfg
+        advs: list[MAPPOAdvantages | None] = []
+        metrics: list[dict[str, float]] = []
+        for k, run in enumerate(self.runs):
+            adv = None
+            if self.training(k):
+                try:
+                    adv = run.advantages(batch.seed(k), progress[k])
+                except NonFiniteError as exc:
+                    self._stop(k, exc.quantity)
+            advs.append(adv)
+            metrics.append({} if adv is None else run.advantage_metrics(adv))
+        rates = self.set_lr(self.policy_opt, cfg.lr, progress)
+        self.set_lr(self.critic_opt, cfg.resolved_critic_lr, progress)
+        coefs = [
+            PPOLossConfig(cfg.clip_low, cfg.clip_high, cfg.dual_clip,
+                          linear_schedule(cfg.ent_coef, cfg.ent_coef_final, p))
+            for p in progress
+        ]  # fmt: skip
+        units = self.policy_units(batch, advs)
+        # each run draws what a plain run draws, in its order: the critic's minibatch orders
+        # (first, so that the results do not depend on whether the two run side by side),
+        # then one permutation of the policy's units per epoch
+        M, U = batch.num_steps * batch.num_envs, next(iter(units.values())).num_units
+        value_orders, policy_orders = [], []
+        for g in self.generators:
+            value_orders.append([torch.randperm(M, generator=g) for _ in range(self.value_epochs)])
+            policy_orders.append([torch.randperm(U, generator=g) for _ in range(cfg.epochs)])
+        (policy_metrics, policy_stops), (value_metrics, value_stops) = side_by_side(
+            [
+                lambda: self.policy_epochs(units, coefs, _by_epoch(policy_orders)),
+                lambda: self.value_epochs_run(batch, advs, _by_epoch(value_orders)),
+            ],
+            parallel=self.parallel,
+        )
+        for k, reason in sorted({**value_stops, **policy_stops}.items()):
+            self._stop(k, reason)
+        for k, row in enumerate(metrics):
+            if not self.training(k):
+                metrics[k] = {}
+                continue
+            # (a hook may report a plain run's metric as a scalar: reshape(-1))
+            row.update({key: float(v.reshape(-1)[k]) for key, v in policy_metrics.items()})
+            row.update({key: float(v[k]) for key, v in value_metrics.items()})
+            row["lr"] = rates[k]
+            row["ent_coef"] = float(coefs[k].ent_coef)
+            if self.runs[k].offset is not None:
+                row["optimism_offset"] = float(self.runs[k].offset.b.detach())
+            episodes = batch.episodes[k]
+            if episodes:
+                for key in episodes[0]:
+                    row[f"episode/{key}"] = float(np.mean([e[key] for e in episodes]))
+            row["episodes"] = float(len(episodes))
+        return metrics
+
+    @property
+    def value_epochs(self) -> int:
+        return self.cfg.resolved_value_epochs
+
+    # -- policy ----------------------------------------------------------------------------
+    def policy_units(
+        self, batch: SeedRolloutBatch, advs: Sequence[MAPPOAdvantages | None]
+    ) -> dict[str, SeedMinibatch]:
+        """Every run's units (:meth:`MAPPO.policy_units`), stacked per agent type; a run
+        that no longer trains gets zero advantages (its steps are masked out of the update)."""
+        per_seed = []
+        for k, (run, adv) in enumerate(zip(self.runs, advs, strict=True)):
+            one = batch.seed(k)
+            final = adv.final if adv is not None else torch.zeros_like(one.reward_individual)
+            per_seed.append(run.policy_units(one, final))
+        return {
+            name: SeedMinibatch.stack([units[name] for units in per_seed]) for name in per_seed[0]
+        }
+
+    # -- critic ----------------------------------------------------------------------------
+    def value_epochs_run(
+        self,
+        batch: SeedRolloutBatch,
+        advs: Sequence[MAPPOAdvantages | None],
+        orders: list[Tensor],
+    ) -> tuple[dict[str, Tensor], dict[int, str]]:
+        """ValueNorm update per run, then one value epoch per ``orders[e] [S, T * E]`` on the
+        stacked critic, minibatches as the policy's; metrics ``[S]`` and the runs that stopped
+        (index -> why)."""
+        S = self.num_seeds
+        T, E, N = batch.num_steps, batch.num_envs, self.layout.n_agents
+        M = T * E
+        targets_team, targets_ind, ev = [], [], []
+        for k, (run, adv) in enumerate(zip(self.runs, advs, strict=True)):
+            if adv is None:  # a stopped run: targets equal to its old values (no loss)
+                targets_team.append(batch.values_team[k].reshape(M, -1))
+                targets_ind.append(batch.values_individual[k].reshape(M, N, -1))
+                ev.append(float("nan"))
+                continue
+            ev.append(adv.explained_variance())
+            team, ind = run.value_targets(adv)
+            targets_team.append(team.reshape(M, -1))
+            targets_ind.append(ind.reshape(M, N, -1))
+        data = ValueTargets(
+            batch.state.reshape(S, M, -1),
+            batch.values_team.reshape(S, M, -1),
+            batch.values_individual.reshape(S, M, N, -1),
+            stack_runs(targets_team),
+            stack_runs(targets_ind),
+            None if batch.active is None else batch.active.reshape(S, M, N, 1),
+        )
+        training = [self.training(k) for k in range(S)]
+        metrics, stops = self.value_update.epochs_of_minibatches(data, orders, training)
+        metrics["explained_variance"] = torch.tensor(ev, dtype=torch.float64)
+        return metrics, stops
+
+    # -- the runs' own state ---------------------------------------------------------------
+    def sync(self, k: int) -> MAPPO:
+        """Run k brought up to date with the stack (policy, critic, optimisers)."""
+        run = super().sync(k)  # its critic is run k's slice of the stack already
+        if not self.own:
+            run.critic_opt.load_state_dict(self.critic_views.seed_state_dict(self.critic_opt, k))
+        return run
+
+    def seed_state_dict(self, k: int) -> dict[str, Any]:
+        state = super().seed_state_dict(k)
+        if not self.own:
+            state["collector"] = self.collector.seed_state_dict(k)
+        return state
+
+    def load_seed_state(self, k: int, state: dict[str, Any], torch_rng: Tensor) -> None:
+        super().load_seed_state(k, state, torch_rng)
+        if self.own:
+            return
+        run = self.runs[k]
+        load_views_state(self.critic_opt, self.critic_views.per_seed[k], run.critic_opt)
+        self.collector.load_seed_state_dict(k, state["collector"], vec=run.collector.vec)
+
+
+def _by_epoch(orders: list[list[Tensor]]) -> list[Tensor]:
+    """Each run's permutations per epoch (``orders[k][e]``) -> per epoch ``[S, U]``."""
+    return [stack_runs([o[e] for o in orders]) for e in range(len(orders[0]))]

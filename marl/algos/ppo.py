@@ -270,7 +270,7 @@ class ClipPPOObjective:
 def per_run_sum(x: Tensor, count: Tensor | float) -> Tensor:
     """The sum of ``x`` over one run's samples: a scalar when ``count`` is one run's (a number
     or a 0-d tensor); ``[S]`` when ``count`` is ``[S]``, one per run of a seed batch (``x [S,
-    ...]``, :mod:`marl.algos.seed_mappo`)."""
+    ...]``, :class:`marl.algos.mappo.SeedMAPPO`)."""
     if isinstance(count, Tensor) and count.dim() == 1:
         return x.reshape(count.shape[0], -1).sum(1)
     return x.sum()

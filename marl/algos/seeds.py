@@ -1,6 +1,9 @@
-"""What the seed-batched algorithms share (:mod:`marl.algos.seed_mappo`, ``seed_grpo``).
+"""What the trainers of S runs share (:class:`marl.algos.mappo.SeedMAPPO`,
+:class:`marl.algos.grpo.SeedGRPO`).
 
-``python -m marl.train --seeds 0-15`` trains S independent runs in one process. Each seed k
+``python -m marl.train --seeds 0-15`` trains S independent runs in one process, and a plain
+run trains as a batch of one (:meth:`SeedBatch.of_run`: the run's own parts, torch's global
+generator). Each seed k
 is a whole single-seed algorithm object (``runs[k]``, a ``MAPPO`` or ``GRPO`` built exactly as
 a single-seed run builds it: its config, env, whitener, ValueNorm, schedules, advantages and
 metrics are that run's own), and the expensive parts run for every seed at once on stacked
@@ -29,14 +32,15 @@ it agrees to float32 rounding (tests/test_seed_mappo.py, tests/test_seed_grpo.py
 
 A seed whose advantages, loss or gradient norm turn non-finite stops (:attr:`SeedBatch.stopped`
 names the quantity): its parameters and optimiser state stay as they were, the others go on. A
-seed that has spent its budget (``done``) steps no more either.
+seed that has spent its budget (``done``) steps no more either. A plain run raises
+:class:`~marl.core.losses.NonFiniteError` instead (:meth:`SeedBatch.plain_row`).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import torch
@@ -44,6 +48,7 @@ from torch import Tensor
 
 from marl.algos.base import Algorithm, ConfigError, resolve_algorithm
 from marl.algos.ppo import PolicyUpdate, PPOLossConfig, SeedMinibatch, take_rows
+from marl.core.losses import NonFiniteError
 from marl.core.seed_batched import SeedViews, clip_grad_norm_per_seed_
 
 __all__ = ["SeedBatch", "SeedMinibatch", "take_rows", "unsupported_with_seeds", "seeded_build"]
@@ -51,15 +56,12 @@ __all__ = ["SeedBatch", "SeedMinibatch", "take_rows", "unsupported_with_seeds", 
 
 def unsupported_with_seeds(cfg: Any, *, distributed: bool = False) -> list[str]:
     """The options of ``cfg`` that ``--seeds`` cannot train, each with why (empty: fine)."""
-    from marl.algos.grpo import GRPO
-    from marl.algos.mappo import MAPPO
-
     problems = []
     try:
         cls = resolve_algorithm(cfg.algo)
     except (ValueError, ImportError) as exc:
         return [str(exc)]
-    if not issubclass(cls, (MAPPO, GRPO)):
+    if cls.batch_class() is None:
         problems.append(
             f"--algo {cfg.algo}: --seeds trains MAPPO and GRPO and their subclasses, not "
             f"{cls.__name__}"
@@ -121,38 +123,67 @@ class SeedBatch:
         problems = unsupported_with_seeds(cfgs[0])
         if problems:
             raise ConfigError("; ".join(problems))
-        self.cfg, self.device = cfgs[0], torch.device(device)
-        self.seeds = [int(c.seed) for c in cfgs]
-        built = [seeded_build(cls, cfg, self.device) for cfg in cfgs]
-        #: seed k's run: its own env, statistics and single-seed modules (kept in step with
-        #: the stack by :meth:`sync`, for evaluation and checkpoints)
-        self.runs = [run for run, _ in built]
-        #: seed k's stand-in for the global generator a single-seed run draws from
-        self.generators = [generator for _, generator in built]
-        first = self.runs[0]
-        self.layout = first.layout
+        built = [seeded_build(cls, cfg, torch.device(device)) for cfg in cfgs]
+        runs = [run for run, _ in built]
+        first = runs[0]
         # the runs' objective: its class and its hooks (GRPO's KL term, an algorithm's own
         # terms: docs/extending.md), shared by the seeds, so a hook holds no run's state
         objective = first.policy_update.objective
-        #: the policy update of every seed at once: each run's policy becomes its slice of
-        #: the stack (``runs[k].policy`` reads the stack's parameters)
-        self.policy_update = PolicyUpdate(
-            [r.policy for r in self.runs],
-            lr=self.cfg.lr,
-            epochs=self.cfg.epochs,
-            num_minibatches=self.cfg.num_minibatches,
-            max_grad_norm=self.cfg.max_grad_norm,
+        policy_update = PolicyUpdate(
+            [r.policy for r in runs],
+            lr=first.cfg.lr,
+            epochs=first.cfg.epochs,
+            num_minibatches=first.cfg.num_minibatches,
+            max_grad_norm=first.cfg.max_grad_norm,
             objective=type(objective)(
                 tbptt_chunk=objective.tbptt_chunk, extra_terms=objective.extra_terms
             ),
-            offsets=None if first.offset is None else [r.offset for r in self.runs],
+            offsets=None if first.offset is None else [r.offset for r in runs],
         )
-        self.policy = self.policy_update.stack
-        self.policy_views = self.policy_update.views
-        self.policy_opt = self.policy_update.optimizer
-        self.objective = self.policy_update.objective
+        self._attach(runs, [generator for _, generator in built], policy_update, own=False)
+
+    @classmethod
+    def of_run(cls, run: Any) -> Self:
+        """``run``, an algorithm object already built (a plain run's: ``python -m marl.train
+        --seed k``, distributed too), as a batch of one that trains with the run's own parts:
+        its policy update (a stack of one already), its value update and collector, its
+        random draws from torch's global generator. A plain run trains through this, so a
+        run alone and a run in ``--seeds`` take the same path."""
+        batch = cls.__new__(cls)
+        batch._attach([run], [None], run.policy_update, own=True)
+        return batch
+
+    def _attach(
+        self,
+        runs: list[Any],
+        generators: list[torch.Generator | None],
+        policy_update: PolicyUpdate,
+        *,
+        own: bool,
+    ) -> None:
+        """The runs, their generators (None: torch's global one) and the policy update that
+        holds their policies; ``own``: the one run's own parts (:meth:`of_run`)."""
+        first = runs[0]
+        self.cfg, self.device = first.cfg, torch.device(first.device)
+        self.seeds = [int(r.cfg.seed) for r in runs]
+        #: seed k's run: its own env, statistics and single-seed modules (kept in step with
+        #: the stack by :meth:`sync`, for evaluation and checkpoints)
+        self.runs = runs
+        #: seed k's stand-in for the global generator a single-seed run draws from (None:
+        #: the global generator itself, a plain run's)
+        self.generators = generators
+        #: the batch trains with its one run's own parts (:meth:`of_run`): nothing to sync
+        self.own = own
+        self.layout = first.layout
+        #: the policy update of every seed at once: each run's policy becomes its slice of
+        #: the stack (``runs[k].policy`` reads the stack's parameters)
+        self.policy_update = policy_update
+        self.policy = policy_update.stack
+        self.policy_views = policy_update.views
+        self.policy_opt = policy_update.optimizer
+        self.objective = policy_update.objective
         #: the quantity that turned non-finite and stopped seed k (None: it trains)
-        self.stopped: list[str | None] = [None] * len(self.runs)
+        self.stopped: list[str | None] = [None] * len(runs)
         #: seeds that spent their budget (they step no more)
         self.done: set[int] = set()
 
@@ -219,11 +250,23 @@ class SeedBatch:
         optimizer.step()
         return norms.detach()
 
+    def plain_row(self, rows: list[dict[str, float]]) -> dict[str, float]:
+        """A plain run's metrics row (the batch of one's only row, :meth:`of_run`); raises
+        :class:`~marl.core.losses.NonFiniteError` naming the quantity that turned NaN or inf
+        instead (the step that met it was not taken), as a plain run stops on it."""
+        reason = self.stopped[0]
+        if reason is not None:
+            self.stopped[0] = None  # the run is as it was: a caller may go on
+            raise NonFiniteError(reason)
+        return rows[0]
+
     # -- the runs' own state ---------------------------------------------------------------
     def sync(self, k: int) -> Any:
         """Seed k's run brought up to date with the stack (its policy and optimiser): a
         single-seed algorithm object to evaluate, checkpoint or plot."""
         run = self.runs[k]  # its policy is seed k's slice of the stack already
+        if self.own:
+            return run
         run.policy_update.optimizer.load_state_dict(
             self.policy_views.seed_state_dict(self.policy_opt, k)
         )
@@ -236,13 +279,17 @@ class SeedBatch:
 
     def generator_state(self, k: int) -> Tensor:
         """Seed k's generator: a single-seed run's global torch generator state."""
-        return self.generators[k].get_state()
+        generator = self.generators[k]
+        return torch.get_rng_state() if generator is None else generator.get_state()
 
     def load_seed_state(self, k: int, state: dict[str, Any], torch_rng: Tensor) -> None:
         """Restore seed k from a single-seed checkpoint's ``algo`` state and its torch RNG
         state; the stack takes seed k's parameters and optimiser state from it."""
         run = self.runs[k]
         run.load_state_dict(state)  # its policy is seed k's slice of the stack
+        if self.own:
+            torch.set_rng_state(torch_rng)
+            return
         load_views_state(
             self.policy_opt, self.policy_views.per_seed[k], run.policy_update.optimizer
         )

@@ -1,8 +1,8 @@
 """The value update of MAPPO's centralised critic, for S runs at once (one run: S = 1).
 
-:meth:`marl.algos.mappo.MAPPO.update_critic` (one run) and
-:meth:`marl.algos.seed_mappo.SeedMAPPO.value_epochs_run` (S seeds) both end here, as the
-policy's side ends in :class:`marl.algos.ppo.PolicyUpdate`. Each value epoch, per minibatch::
+:meth:`marl.algos.mappo.SeedMAPPO.value_epochs_run` (S runs; a plain run is a batch of one)
+ends here, as the policy's side ends in :class:`marl.algos.ppo.PolicyUpdate`. Each value
+epoch, per minibatch::
 
     pred = critic(states)                              [S, b, K], [S, b, N, K]
     loss = value_loss(team) + value_loss(individual)   [S]: each run's (clipped) mean

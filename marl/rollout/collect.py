@@ -1,33 +1,71 @@
-"""Rollout collection on a contract-conforming vector env (docs/CONTRACTS.md section 1).
+"""Rollout collection on contract-conforming vector envs (docs/CONTRACTS.md section 1), for
+one run and for S runs at once: the one collector of MAPPO and of ``--seeds``.
 
-Algorithm-agnostic: :class:`RolloutCollector` steps ``E`` environments for ``T`` steps with a
-:class:`marl.models.policies.MultiAgentPolicy`, carrying per-agent recurrent state (reset at episode
-starts) and, when a ``value_fn`` is given (MAPPO's critic), the values of every state and the
+Algorithm-agnostic: :class:`RolloutCollector` steps ``E`` environments of each of S runs for
+``T`` steps with their policies, carrying per-agent recurrent state (reset at episode starts)
+and, when a ``value_fn`` is given (MAPPO's critic), the values of every state and the
 bootstrap values of truncated episodes' final states. Nothing here depends on the
 environment's internals: agent types come from name prefixes, rewards by channel from the
 ``reward_team`` / ``reward_individual`` / ``reward_penalty`` infos.
 
-Buffer shapes (T steps, E envs, n_k agents of type k, N agents, S state size, K heads):
+S runs (``--seeds``): run k has its own vector env, built and reset as a single run with
+``--seed seeds[k]`` builds and resets its env, its own episode tracker, and its own sampling
+noise drawn from its own generator (:func:`marl.models.seed_policies.build_seed_policies`
+gives generators positioned where that run's global generator stands). The envs step one
+after another (they are numpy code); the policy's forward (one stacked
+:class:`~marl.models.seed_policies.SeedMultiAgentPolicy`), the critic's values and the
+buffers are stacked over runs. One run is the case S = 1: the collector is built with the
+run's own :class:`~marl.models.policies.MultiAgentPolicy`, draws its noise from torch's
+global generator, and drops the run axis at its boundary (``collect`` returns a
+:class:`RolloutBatch`, ``value_fn`` and ``state_dict`` are a single run's).
 
-- ``obs[k]: [T, E, n_k, D_k]``, ``mask[k]: [T, E, n_k, A_k]`` bool, ``actions[k]``,
-  ``logp[k]: [T, E, n_k]``
-- ``reward_team: [T, E]``, ``reward_individual``, ``reward_penalty: [T, E, N]``
-- ``terminated``, ``truncated``, ``episode_start: [T, E]`` bool (``episode_start[t]``: the
-  observation at t is the first of an episode)
-- ``state: [T, E, S]``; ``values_team: [T, E, K]``, ``values_individual: [T, E, N, K]``;
-  ``next_values_*``: value of the next state in the same episode (the final state's value
-  where the episode was truncated; zero where it terminated)
+Buffer shapes (S runs, T steps, E envs per run, n_k agents of type k, N agents, D_s state
+size, K value heads); one run's batch has no leading S, and run k's slice of a stacked batch
+(:meth:`SeedRolloutBatch.seed`) is exactly what a single run's collector stores:
+
+- ``obs[k]: [S, T, E, n_k, D_k]``, ``mask[k]: [S, T, E, n_k, A_k]`` bool, ``actions[k]``,
+  ``logp[k]: [S, T, E, n_k]``
+- ``reward_team: [S, T, E]``, ``reward_individual``, ``reward_penalty: [S, T, E, N]``
+- ``terminated``, ``truncated``, ``episode_start: [S, T, E]`` bool (``episode_start[t]``:
+  the observation at t is the first of an episode)
+- ``state: [S, T, E, D_s]``; ``values_team: [S, T, E, K]``, ``values_individual: [S, T, E,
+  N, K]``; ``next_values_*``: value of the next state in the same episode (the final state's
+  value where the episode was truncated; zero where it terminated)
 - ``window_states[k]``: the actor state before step ``t`` for each ``t`` in
-  ``window_state_steps``, each a tuple of ``[E * n_k, ...]`` tensors.
+  ``window_state_steps``, each a tuple of ``[S, E * n_k, ...]`` tensors
+- ``episodes``: one list of episode records per run
+
+Equality (tests/test_seed_collect.py, one torch thread, CPU):
+
+- run k in a stack of S and run k in a stack of one (``--seeds 0-2`` vs ``--seeds k``): bit
+  for bit, every buffer, values included, for a critic with two or more value heads. The
+  shapes of every call on run k's rows depend on run k alone (the values of truncated
+  episodes' final states are computed in one call per distinct count ``F_k``, so run k's
+  rows always form an ``[F_k, D_s]`` block), and the critic's inputs are built with each
+  run's block on a 64-byte boundary (:data:`SEED_ALIGN`: MKL's GEMMs with few rows give
+  bits that depend on the input's address modulo 16 bytes; measured for ``addmm`` and
+  ``bmm`` with 3 rows). With one value head (``value_ensemble=1``, the default) the team
+  values of a stack of one differ in the last bit: ``torch.baddbmm`` with one output column
+  takes another kernel for a batch of one than for several (``SeedLinear``; an xfail test
+  pins it).
+- against a single run's collector (``MAPPO(cfg)`` after ``torch.manual_seed(k)``, two
+  consecutive rollouts): environment data (observations, masks, rewards, flags, episode
+  starts, states, episode records) and the sampled actions bit-equal; with a value function
+  that runs each run's own ``CentralCritic`` the values are bit-equal too, so stacking adds
+  no difference of its own. The stacked modules agree with the single-run ones to float32
+  rounding (``baddbmm`` for ``addmm``): the stacked critic's values always to rounding, the
+  actor's log-probs and states bit-equal at some shapes (4 envs in the test) and to rounding
+  at others (3 envs).
+
+Whole episode groups (GRPO) and the evaluation loop are in :mod:`marl.rollout.episodes`.
 """
 
 from __future__ import annotations
 
-import math
 import pickle
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Any, TypeVar
 
@@ -35,9 +73,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from envs.diversity import grouped_pairwise_jaccard
 from marl.adapters.envapi import VectorEnv, make_vector_env, resolve_env_fn
-from marl.models.policies import AgentLayout, MaskedCategorical, MultiAgentPolicy, neg_gumbel_noise
+from marl.models.policies import AgentLayout, MultiAgentPolicy, neg_gumbel_noise
+from marl.models.seed_policies import SeedMultiAgentPolicy
 from marl.rollout.episode_records import (
     EpisodeTracker,
     agent_activity,
@@ -48,23 +86,75 @@ from marl.rollout.episode_records import (
 __all__ = [
     "make_vector_env",
     "resolve_env_fn",
+    "SEED_ALIGN",
     "ObsBatcher",
+    "OneRunPolicy",
     "RolloutBatch",
+    "SeedRolloutBatch",
     "RolloutCollector",
     "EpisodeTracker",
-    "GroupBatch",
-    "collect_group_episodes",
-    "GroupEpisodes",
-    "limit_of",
-    "group_reset_seeds",
-    "group_ids_for",
-    "evaluate_episodes",
-    "PolicyActor",
-    "BaselineActor",
-    "EVAL_KEYS",
+    "stack_runs",
 ]
 
+#: ``state [M, D_s] -> (team [M, K], individual [M, N, K])``: a single run's critic
 ValueFn = Callable[[Tensor], tuple[Tensor, Tensor]]
+#: ``state [S, M, D_s] -> (team [S, M, K], individual [S, M, N, K])`` (the stacked critic)
+SeedValueFn = Callable[[Tensor], tuple[Tensor, Tensor]]
+
+#: the run stride, in float32 elements, of the blocks the collector hands to the critic
+SEED_ALIGN = 16
+
+
+def stack_runs(tensors: Sequence[Tensor]) -> Tensor:
+    """The runs' tensors with a leading run axis (one run's: a view, no copy)."""
+    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(list(tensors))
+
+
+class OneRunPolicy:
+    """A single run's :class:`MultiAgentPolicy` with the stacked policy's interface: every
+    input and output has a leading run axis of 1 (views; the run's own modules compute)."""
+
+    num_seeds = 1
+
+    def __init__(self, policy: MultiAgentPolicy) -> None:
+        self.policy = policy
+
+    @property
+    def is_recurrent(self) -> bool:
+        return self.policy.is_recurrent
+
+    def initial_state(self, num_envs: int) -> dict[str, tuple[Tensor, ...]]:
+        return _lead(self.policy.initial_state(num_envs))
+
+    def act(
+        self,
+        obs: Mapping[str, Tensor],
+        mask: Mapping[str, Tensor],
+        state: Mapping[str, tuple[Tensor, ...]],
+        reset: Tensor | None = None,
+        *,
+        neg_gumbel: Mapping[str, Tensor] | None = None,
+    ) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, tuple[Tensor, ...]]]:
+        """:meth:`MultiAgentPolicy.act` on run 0's slice of every input (``[1, E, ...]``)."""
+
+        def one(d: Mapping[str, Any]) -> dict[str, Any]:
+            return {k: tuple(s[0] for s in v) if isinstance(v, tuple) else v[0]
+                    for k, v in d.items()}  # fmt: skip
+
+        actions, logps, new_state = self.policy.act(
+            one(obs),
+            one(mask),
+            one(state),
+            None if reset is None else reset[0],
+            neg_gumbel=None if neg_gumbel is None else one(neg_gumbel),
+        )
+        return _lead(actions), _lead(logps), _lead(new_state)
+
+
+def _lead(d: Mapping[str, Any]) -> dict[str, Any]:
+    """Every tensor of ``d`` (or of its tuples) with a leading axis of 1."""
+    return {k: tuple(s.unsqueeze(0) for s in v) if isinstance(v, tuple) else v.unsqueeze(0)
+            for k, v in d.items()}  # fmt: skip
 
 
 class ObsBatcher:
@@ -121,13 +211,15 @@ class RolloutBatch:
     #: may leave early; None: every agent always acts)
     active: Tensor | None = None
 
+    # counted from the end of the flags' shape, so a leading run axis (SeedRolloutBatch)
+    # changes nothing
     @property
     def num_steps(self) -> int:
-        return int(self.terminated.shape[0])
+        return int(self.terminated.shape[-2])
 
     @property
     def num_envs(self) -> int:
-        return int(self.terminated.shape[1])
+        return int(self.terminated.shape[-1])
 
 
 #: ``(values_team, values_individual, next_values_team, next_values_individual)`` of a rollout
@@ -138,8 +230,8 @@ BatchT = TypeVar("BatchT")
 
 @dataclass
 class RolloutBuffers:
-    """The buffers one rollout writes, behind leading axes ``L``: ``[T]`` here, ``[S, T]`` in
-    :mod:`marl.rollout.seed_collect` (per-step shapes as in the module docstring)."""
+    """The buffers one rollout writes, behind leading axes ``L = [S, T]`` (per-step shapes as
+    in the module docstring)."""
 
     obs: dict[str, Tensor]
     mask: dict[str, Tensor]
@@ -225,33 +317,142 @@ class RolloutBuffers:
         )
 
 
+@dataclass
+class SeedRolloutBatch(RolloutBatch):
+    """One rollout of S runs: :class:`RolloutBatch`'s fields with a leading run axis (see the
+    module docstring for shapes; ``episodes``: one list of episode records per run;
+    ``active [S, T, E, N]``, None where every agent of every run acted). :meth:`seed` gives
+    run k's as a single run's :class:`RolloutBatch`."""
+
+    @property
+    def num_seeds(self) -> int:
+        return int(self.terminated.shape[0])
+
+    @classmethod
+    def of_one(cls, batch: RolloutBatch) -> SeedRolloutBatch:
+        """One run's ``batch`` as a stack of one (views, no copy)."""
+
+        def lead(x: Tensor | None) -> Tensor | None:
+            return None if x is None else x.unsqueeze(0)
+
+        return cls(
+            **{f.name: lead(getattr(batch, f.name)) for f in fields(RolloutBatch)
+               if f.name not in ("obs", "mask", "actions", "logp", "window_state_steps",
+                                 "window_states", "episodes")},
+            **{name: {k: x.unsqueeze(0) for k, x in getattr(batch, name).items()}
+               for name in ("obs", "mask", "actions", "logp")},
+            window_state_steps=batch.window_state_steps,
+            window_states={
+                name: [tuple(s.unsqueeze(0) for s in state) for state in states]
+                for name, states in batch.window_states.items()
+            },
+            episodes=[batch.episodes],
+        )  # fmt: skip
+
+    def seed(self, k: int) -> RolloutBatch:
+        """Run index ``k``'s rollout as a single run's :class:`RolloutBatch` (views, no copy);
+        ``active`` is None where every agent of run k acted, as a single run's collector
+        leaves it."""
+
+        def pick(x: Tensor | None) -> Tensor | None:
+            return None if x is None else x[k]
+
+        active = pick(self.active)
+        one = RolloutBatch(
+            obs={name: x[k] for name, x in self.obs.items()},
+            mask={name: x[k] for name, x in self.mask.items()},
+            actions={name: x[k] for name, x in self.actions.items()},
+            logp={name: x[k] for name, x in self.logp.items()},
+            reward_team=self.reward_team[k],
+            reward_individual=self.reward_individual[k],
+            reward_penalty=self.reward_penalty[k],
+            terminated=self.terminated[k],
+            truncated=self.truncated[k],
+            episode_start=self.episode_start[k],
+            state=pick(self.state),
+            values_team=pick(self.values_team),
+            values_individual=pick(self.values_individual),
+            next_values_team=pick(self.next_values_team),
+            next_values_individual=pick(self.next_values_individual),
+            window_state_steps=self.window_state_steps,
+            window_states={
+                name: [tuple(s[k] for s in state) for state in states]
+                for name, states in self.window_states.items()
+            },
+            episodes=self.episodes[k],
+            active=None if active is None or bool(active.all()) else active,
+        )
+        one._stacked = self  # type: ignore[attr-defined]  # its buffers live while this does
+        return one
+
+
 class RolloutCollector:
-    """Steps a vector env with a policy, keeping observations and actor state across calls."""
+    """Steps the vector envs of S runs with their policies, keeping observations, episode
+    starts and actor state across calls (see the module docstring).
+
+    Two ways to build it:
+
+    - S runs: ``RolloutCollector(vecs, layout, policy, seeds=..., generators=...)`` with one
+      vector env, reset seed and CPU ``torch.Generator`` per run (each env built as the
+      single run builds its env, ``make_vector_env(cfg.env_fn, cfg.num_envs, cfg.env)``; the
+      generators those of :func:`marl.models.seed_policies.build_seed_policies`) and the
+      stacked :class:`SeedMultiAgentPolicy`;
+    - one run: ``RolloutCollector(vec, layout, policy, seed=...)`` with the run's vector env,
+      its :class:`MultiAgentPolicy` and reset seed: the case S = 1, its noise from torch's
+      global generator, the run axis dropped at the boundary.
+    """
 
     def __init__(
         self,
-        vec,
+        vecs: VectorEnv | Sequence[VectorEnv],
         layout: AgentLayout,
-        policy: MultiAgentPolicy,
+        policy: MultiAgentPolicy | SeedMultiAgentPolicy,
         *,
-        seed: int | None,
+        seed: int | None = None,
+        seeds: Sequence[int | None] | None = None,
+        generators: Sequence[torch.Generator | None] | None = None,
         device: torch.device | str = "cpu",
     ) -> None:
-        self.vec = vec
-        self.layout = layout
-        self.policy = policy
+        #: one run, its axis dropped at the boundary (built with a ``MultiAgentPolicy``)
+        self.one_run = isinstance(policy, MultiAgentPolicy)
+        if self.one_run:
+            if seeds is not None or generators is not None:
+                raise ValueError("one run's collector takes seed=, not seeds= or generators=")
+            vecs, seeds, generators = [vecs], [seed], [None]
+            policy = OneRunPolicy(policy)  # type: ignore[arg-type]
+        elif seed is not None or seeds is None or generators is None:
+            raise ValueError("a stacked policy's collector takes seeds= and generators=")
+        vecs, seeds, generators = list(vecs), list(seeds), list(generators)  # type: ignore[arg-type]
+        S = len(vecs)
+        if S == 0:
+            raise ValueError("vecs must hold one vector env per run, got none")
+        if policy.num_seeds != S or len(seeds) != S or len(generators) != S:
+            raise ValueError(
+                f"need one env, one reset seed and one generator per policy seed "
+                f"({policy.num_seeds}); got {S} envs, {len(seeds)} seeds, "
+                f"{len(generators)} generators"
+            )
+        num_envs = {int(v.num_envs) for v in vecs}
+        if len(num_envs) != 1:
+            raise ValueError(f"every seed's env must have the same num_envs, got {num_envs}")
+        self.vecs, self.layout, self.policy = vecs, layout, policy
+        self.seeds, self.generators = seeds, generators
         self.device = torch.device(device)
-        self.num_envs = int(vec.num_envs)
+        self.num_seeds, self.num_envs = S, num_envs.pop()
         self.batcher = ObsBatcher(layout, self.device)
-        obs, _ = vec.reset(seed=seed)
-        self.obs = obs
-        self.episode_start = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        self.obs = [vec.reset(seed=s)[0] for vec, s in zip(vecs, seeds, strict=True)]
+        self.episode_start = torch.ones(S, self.num_envs, dtype=torch.bool, device=self.device)
         self.policy_state = policy.initial_state(self.num_envs)
-        self.tracker = EpisodeTracker(self.num_envs, layout.n_agents)
+        self.trackers = [EpisodeTracker(self.num_envs, layout.n_agents) for _ in range(S)]
         # the torch buffers of the last rollout collected with ``reuse_buffers`` and that
         # batch (weakly): reused by the next such rollout once the batch is gone
         self._buffers: dict[str, Tensor] = {}
-        self._buffers_batch: weakref.ref[RolloutBatch] | None = None
+        self._buffers_batch: weakref.ref[SeedRolloutBatch] | None = None
+
+    @property
+    def vec(self) -> VectorEnv:
+        """One run's vector env (the first run's of a stack)."""
+        return self.vecs[0]
 
     def _buffer(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, reuse: bool) -> Tensor:
         """An uninitialised ``shape`` tensor: the previous rollout's when ``reuse`` allows."""
@@ -263,627 +464,323 @@ class RolloutCollector:
             self._buffers[name] = buf
         return buf
 
-    def _state(self) -> Tensor:
-        """``[E, D_s]``: the env's ``vec.state()``."""
-        return torch.from_numpy(np.asarray(self.vec.state(), np.float32)).to(self.device)
+    def _seed_blocks(
+        self, name: str, num_seeds: int, shape: tuple[int, ...], reuse: bool
+    ) -> Tensor:
+        """An uninitialised float32 ``[S, *shape]`` tensor whose run blocks each start on a
+        64-byte boundary (run stride rounded up to :data:`SEED_ALIGN` floats).
+
+        MKL's GEMMs with few rows give bits that depend on their input's address modulo 16
+        bytes (measured with ``addmm`` and ``bmm`` on 3 rows), so run k's block sits on the
+        alignment of a freshly allocated single-run tensor, whatever k and S."""
+        size = int(np.prod(shape))
+        stride = -(-size // SEED_ALIGN) * SEED_ALIGN
+        flat = self._buffer(name, (num_seeds, stride), torch.float32, reuse)
+        return flat[:, :size].view(num_seeds, *shape)
+
+    def _states(self) -> Tensor:
+        """``[S, E, D_s]``: every run's ``vec.state()``."""
+        return stack_runs(
+            [torch.from_numpy(np.asarray(vec.state(), np.float32)) for vec in self.vecs]
+        ).to(self.device)
+
+    def _noise(self, T: int) -> dict[str, Tensor]:
+        """Per type ``[S, T, E, n_k, A_k]``: the rollout's sampling noise, drawn per type in
+        type order from each run's generator (torch's global one, on the device, for None)."""
+        E, dev = self.num_envs, self.device
+        noise = {}
+        for t in self.layout.types:
+            shape = (T, E, t.n_agents, t.n_actions)
+            noise[t.name] = stack_runs([
+                neg_gumbel_noise(shape, device=dev) if g is None
+                else neg_gumbel_noise(shape, g).to(dev)
+                for g in self.generators
+            ])  # fmt: skip
+        return noise
 
     @torch.no_grad()
     def collect(
         self,
         num_steps: int,
         *,
-        value_fn: ValueFn | None = None,
+        value_fn: ValueFn | SeedValueFn | None = None,
         window_state_steps: Sequence[int] = (),
         store_state: bool = False,
         before_values: Callable[[], Any] | None = None,
         reuse_buffers: bool = False,
-    ) -> RolloutBatch:
-        """Collect ``num_steps`` steps from every env (autoreset env, episodes continue).
+    ) -> RolloutBatch | SeedRolloutBatch:
+        """Collect ``num_steps`` steps from every env of every run (autoreset envs, episodes
+        continue across calls): a :class:`SeedRolloutBatch`, one run's :class:`RolloutBatch`.
 
-        ``before_values``: called after the last env step, before ``value_fn`` (MAPPO waits
-        there for value epochs that ran alongside the env steps).
+        ``value_fn``: the critic, ``state [S, M, D_s] -> ([S, M, K], [S, M, N, K])``; one
+        run's takes and returns no run axis. ``before_values``: called after the last env
+        step, before ``value_fn`` (MAPPO waits there for value epochs that ran alongside the
+        env steps).
 
         ``reuse_buffers``: write into the tensors of the previous rollout collected with it
         (observations, masks, actions, log-probs, episode starts, states) once that batch
         object has been dropped; the trainer's loop uses it, since fresh buffers of long
         rollouts are paged in anew each time (a T=128 rollout of the memory preset's 2314-wide
-        states is 76 MB). A batch still referenced is never overwritten; tensors taken out of
-        a batch (``s = batch.state; del batch``) are not protected: ``.clone()`` them."""
-        T, E = num_steps, self.num_envs
+        states is 76 MB). A batch still referenced is never overwritten (one run's batch holds
+        the stacked one); tensors taken out of a batch (``s = batch.state; del batch``) are
+        not protected: ``.clone()`` them."""
+        if self.one_run and value_fn is not None:
+            value_fn = _one_run_values(value_fn)
+        S, T, E = self.num_seeds, num_steps, self.num_envs
         dev, types = self.device, self.layout.types
         reuse = reuse_buffers and (self._buffers_batch is None or self._buffers_batch() is None)
-        buffers = RolloutBuffers.allocate(partial(self._buffer, reuse=reuse), (T,), E, self.layout)
+        buffers = RolloutBuffers.allocate(
+            partial(self._buffer, reuse=reuse), (S, T), E, self.layout
+        )
         need_state = store_state or value_fn is not None
         # the sampling noise of the whole rollout in one draw per type (fewer small ops per step)
-        noise = {
-            t.name: neg_gumbel_noise((T, E, t.n_agents, t.n_actions), device=dev) for t in types
-        }
+        noise = self._noise(T)
         wanted = {int(s): i for i, s in enumerate(window_state_steps)}
         window_states: dict[str, list] = {t.name: [None] * len(wanted) for t in types}
-        episodes: list[dict[str, float]] = []
-        final_states: list[np.ndarray] = []
-        final_index: list[tuple[int, np.ndarray]] = []
+        episodes: list[list[dict[str, float]]] = [[] for _ in range(S)]
+        # per run: the final states of truncated episodes and their (step, env rows)
+        final_states: list[list[np.ndarray]] = [[] for _ in range(S)]
+        final_index: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(S)]
         cur_state = None
         if need_state:
-            cur_state = self._state()
-            # the states of every step and, in the last E rows, the state after the last step
+            cur_state = self._states()
+            # run k's states of every step, then (its last E rows) the state after the last one
             shape = ((T + 1) * E, cur_state.shape[-1])
-            buffers.state_all = self._buffer("state", shape, torch.float32, reuse)
-            buffers.state = buffers.state_all[: T * E].view(T, E, -1)
+            buffers.state_all = self._seed_blocks("state", S, shape, reuse)
+            buffers.state = buffers.state_all[:, : T * E].view(S, T, E, -1)
         for step in range(T):
             if step in wanted:
                 for t in types:
                     window_states[t.name][wanted[step]] = tuple(
                         s.clone() for s in self.policy_state[t.name]
                     )
-            actions = self._act(buffers, step, {name: n[step] for name, n in noise.items()})
+            actions = self._act(buffers, step, {name: x[:, step] for name, x in noise.items()})
             if need_state:
-                buffers.state[step] = cur_state
-            done, tr = self._step_env(buffers, step, actions, episodes)
-            self.episode_start = torch.from_numpy(done.copy()).to(dev)
+                buffers.state[:, step] = cur_state
+            done = self._step_envs(
+                buffers, step, actions, episodes, final_states, final_index, value_fn is not None
+            )
+            self.episode_start = torch.from_numpy(done).to(dev)
             if need_state:
-                cur_state = self._state()
-            if value_fn is not None and tr.any():
-                final_states.append(np.asarray(self.vec.final_state, np.float32)[tr])
-                final_index.append((step, np.flatnonzero(tr)))
+                cur_state = self._states()
         if before_values is not None:
             before_values()
         values: Values = (None, None, None, None)
         if value_fn is not None:
-            buffers.state_all[T * E :] = cur_state
-            values = self._values(value_fn, buffers, final_states, final_index)
+            buffers.state_all[:, T * E :] = cur_state
+            cont = torch.from_numpy(~(buffers.terminated | buffers.truncated)).to(dev)
+            values = self._values(value_fn, buffers.state_all, cont, final_states, final_index)
         batch = buffers.batch(
-            RolloutBatch, dev, values, window_state_steps, window_states, episodes
+            SeedRolloutBatch, dev, values, window_state_steps, window_states, episodes
         )
         if reuse:
             self._buffers_batch = weakref.ref(batch)
-        return batch
+        return batch.seed(0) if self.one_run else batch
 
     def _act(
         self, buffers: RolloutBuffers, step: int, neg_gumbel: dict[str, Tensor]
     ) -> dict[str, Tensor]:
-        """Observe the envs, sample the policy's actions with the noise ``neg_gumbel`` (per type
-        ``[E, n_k, A_k]``) and record step ``step``'s observations, masks, actions, log-probs
-        and episode starts; returns the actions, per type ``[E, n_k]``."""
+        """Observe every run's envs, sample the policy's actions with the noise
+        ``neg_gumbel`` (per type ``[S, E, n_k, A_k]``) and record step ``step``'s
+        observations, masks, actions, log-probs and episode starts; returns the actions, per
+        type ``[S, E, n_k]``."""
         types = self.layout.types
         obs_buf, mask_buf = buffers.obs, buffers.mask
         act_buf, logp_buf = buffers.actions, buffers.logp
-        obs_t, mask_t = self.batcher(self.obs)
+        per_seed = [self.batcher(obs) for obs in self.obs]
+        obs_t = {t.name: stack_runs([o[t.name] for o, _ in per_seed]) for t in types}
+        mask_t = {t.name: stack_runs([m[t.name] for _, m in per_seed]) for t in types}
         for t in types:
-            obs_buf[t.name][step] = obs_t[t.name]
-            mask_buf[t.name][step] = mask_t[t.name]
+            obs_buf[t.name][:, step] = obs_t[t.name]
+            mask_buf[t.name][:, step] = mask_t[t.name]
         reset = self.episode_start if self.policy.is_recurrent else None
         actions, logps, self.policy_state = self.policy.act(
             obs_t, mask_t, self.policy_state, reset, neg_gumbel=neg_gumbel
         )
         for t in types:
-            act_buf[t.name][step] = actions[t.name]
-            logp_buf[t.name][step] = logps[t.name]
-        buffers.episode_start[step] = self.episode_start
+            act_buf[t.name][:, step] = actions[t.name]
+            logp_buf[t.name][:, step] = logps[t.name]
+        buffers.episode_start[:, step] = self.episode_start
         return actions
 
-    def _step_env(
+    def _step_envs(
         self,
         buffers: RolloutBuffers,
         step: int,
         actions: dict[str, Tensor],
-        episodes: list[dict[str, float]],
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Step the env with ``actions`` (per type ``[E, n_k]``), record step ``step``'s rewards,
-        activity and end flags, and add the episodes that ended to ``episodes``; returns
-        (ended, truncated), each ``[E]`` bool."""
-        agents = self.layout.agents
-        self.obs, rewards, terms, truncs, infos = self.vec.step(
-            self.batcher.actions_to_env(actions)
-        )
-        team, ind, pen = reward_channels(infos, agents)
-        buffers.reward_team[step], buffers.reward_individual[step] = team, ind
-        buffers.reward_penalty[step] = pen
-        if "active" in infos[agents[0]]:
-            buffers.active[step] = agent_activity(infos, agents, self.num_envs)
-            buffers.any_left |= not buffers.active[step].all()
-        te = np.asarray(terms[agents[0]], bool)
-        tr = np.asarray(truncs[agents[0]], bool) & ~te
-        buffers.terminated[step], buffers.truncated[step] = te, tr
-        done = te | tr
-        reward = live_mean_reward(rewards, infos, agents)
-        episodes.extend(self.tracker.step(team, ind, pen, done, infos, agents, reward))
-        return done, tr
+        episodes: list[list[dict[str, float]]],
+        final_states: list[list[np.ndarray]],
+        final_index: list[list[tuple[int, np.ndarray]]],
+        keep_final: bool,
+    ) -> np.ndarray:
+        """Step each run's env with its ``actions`` (per type ``[S, E, n_k]``), record step
+        ``step``'s rewards, activity and end flags, add the episodes that ended to
+        ``episodes[k]`` and, with ``keep_final`` (a value function), the final states of
+        truncated episodes to ``final_states[k]`` and their (step, env rows) to
+        ``final_index[k]``; returns ended ``[S, E]`` bool."""
+        agents, E = self.layout.agents, self.num_envs
+        done = np.zeros((self.num_seeds, E), bool)
+        for k, vec in enumerate(self.vecs):
+            env_actions = self.batcher.actions_to_env({n: a[k] for n, a in actions.items()})
+            self.obs[k], rewards, terms, truncs, infos = vec.step(env_actions)
+            team, ind, pen = reward_channels(infos, agents)
+            buffers.reward_team[k, step], buffers.reward_individual[k, step] = team, ind
+            buffers.reward_penalty[k, step] = pen
+            if "active" in infos[agents[0]]:
+                buffers.active[k, step] = agent_activity(infos, agents, E)
+                buffers.any_left |= not buffers.active[k, step].all()
+            te = np.asarray(terms[agents[0]], bool)
+            tr = np.asarray(truncs[agents[0]], bool) & ~te
+            buffers.terminated[k, step], buffers.truncated[k, step] = te, tr
+            done[k] = te | tr
+            reward = live_mean_reward(rewards, infos, agents)
+            episodes[k].extend(
+                self.trackers[k].step(team, ind, pen, done[k], infos, agents, reward)
+            )
+            if keep_final and tr.any():
+                final_states[k].append(np.asarray(vec.final_state, np.float32)[tr])
+                final_index[k].append((step, np.flatnonzero(tr)))
+        return done
 
     def _values(
         self,
-        value_fn: ValueFn,
-        buffers: RolloutBuffers,
-        final_states: list[np.ndarray],
-        final_index: list[tuple[int, np.ndarray]],
+        value_fn: SeedValueFn,
+        state_all: Tensor,
+        cont: Tensor,
+        final_states: list[list[np.ndarray]],
+        final_index: list[list[tuple[int, np.ndarray]]],
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """The values of every step's state and the next values inside each episode.
 
-        ``buffers.state_all [(T + 1) * E, D_s]`` (every step's states, then the state after the
-        last step) goes through ``value_fn`` in one batched call, then the final states of
-        truncated episodes: ``final_states[i] [F_i, D_s]``, those of the env rows
-        ``final_index[i] = (step, rows)``. Returns ``values_team [T, E, K]``,
-        ``values_individual [T, E, N, K]`` and the next values of the same shapes (the final
-        state's value where the episode was truncated, zero where it terminated)."""
-        T, E = buffers.terminated.shape
-        N, dev = self.layout.n_agents, self.device
-        all_team, all_ind = value_fn(buffers.state_all)
-        if final_states:
-            fin_team, fin_ind = value_fn(torch.from_numpy(np.concatenate(final_states)).to(dev))
-            all_team, all_ind = (
-                torch.cat([all_team, fin_team]),
-                torch.cat([all_ind, fin_ind]),
-            )
+        ``state_all [S, (T + 1) * E, D_s]``: every step's states, then the state after the
+        last step; ``cont [S, T, E]``: the episode goes on after the step. The final states of
+        truncated episodes (run k has ``F_k``) go through ``value_fn`` in one call per
+        distinct ``F_k``, run k's rows at its own index and zeros for the runs with another
+        count: run k's rows always make an ``[F_k, D_s]`` block, whatever the other runs
+        did. Returns ``values_team [S, T, E, K]``, ``values_individual [S, T, E, N, K]`` and
+        the next values of the same shapes (the final state's value where the episode was
+        truncated, zero where it terminated)."""
+        S, T, E = cont.shape
+        N = self.layout.n_agents
+        all_team, all_ind = value_fn(state_all)
         K = all_team.shape[-1]
-        vt = all_team[: T * E].reshape(T, E, K)
-        vi = all_ind[: T * E].reshape(T, E, N, K)
-        last_team, last_ind = (
-            all_team[T * E : T * E + E],
-            all_ind[T * E : T * E + E],
-        )
-        nvt = torch.zeros_like(vt)
-        nvi = torch.zeros_like(vi)
-        pos = T * E + E
-        for step, rows in final_index:
-            r = torch.from_numpy(rows).to(dev)
-            nvt[step, r] = all_team[pos : pos + len(rows)]
-            nvi[step, r] = all_ind[pos : pos + len(rows)]
-            pos += len(rows)
-        # next value inside the episode: values[t+1] (or the value after the last step)
-        follow_team = torch.cat([vt[1:], last_team.unsqueeze(0)], 0)
-        follow_ind = torch.cat([vi[1:], last_ind.unsqueeze(0)], 0)
-        cont = torch.from_numpy(~(buffers.terminated | buffers.truncated)).to(dev)
+        vt = all_team[:, : T * E].reshape(S, T, E, K)
+        vi = all_ind[:, : T * E].reshape(S, T, E, N, K)
+        last_team, last_ind = all_team[:, T * E :], all_ind[:, T * E :]
+        nvt, nvi = torch.zeros_like(vt), torch.zeros_like(vi)
+        counts = [sum(len(rows) for _, rows in index) for index in final_index]
+        for count in sorted({c for c in counts if c > 0}):
+            group = [k for k in range(S) if counts[k] == count]
+            x = self._seed_blocks("final_states", S, (count, state_all.shape[-1]), False)
+            x.zero_()
+            for k in group:
+                x[k] = torch.from_numpy(np.concatenate(final_states[k])).to(self.device)
+            fin_team, fin_ind = value_fn(x)
+            for k in group:
+                pos = 0
+                for step, rows in final_index[k]:
+                    r = torch.from_numpy(rows).to(self.device)
+                    nvt[k, step, r] = fin_team[k, pos : pos + len(rows)]
+                    nvi[k, step, r] = fin_ind[k, pos : pos + len(rows)]
+                    pos += len(rows)
+        # next value inside the episode: values[t + 1] (or the value after the last step)
+        follow_team = torch.cat([vt[:, 1:], last_team.unsqueeze(1)], 1)
+        follow_ind = torch.cat([vi[:, 1:], last_ind.unsqueeze(1)], 1)
         nvt = torch.where(cont[..., None], follow_team, nvt)
         nvi = torch.where(cont[..., None, None], follow_ind, nvi)
         return vt, vi, nvt, nvi
 
     # -- checkpointing ------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Everything needed to continue collecting exactly (the env is pickled)."""
-        try:
-            env_blob = pickle.dumps(self.vec)
-        except Exception:  # noqa: BLE001 - an env that cannot be pickled resumes with a reset
-            env_blob = None
+        """Everything needed to continue collecting exactly. One run: :meth:`seed_state_dict`
+        (its generator is torch's global one, the caller's). S runs: per run, the pickled env
+        (None where it cannot be pickled), the observations and the episode tracker; the
+        episode starts ``[S, E]``, the stacked actor state and the generators' states."""
+        if self.one_run:
+            return self.seed_state_dict(0)
         return {
-            "env": env_blob,
-            "obs": self.obs,
+            "envs": [_pickled(vec) for vec in self.vecs],
+            "obs": list(self.obs),
             "episode_start": self.episode_start.cpu(),
             "policy_state": {k: tuple(s.cpu() for s in v) for k, v in self.policy_state.items()},
-            "tracker": self.tracker.state_dict(),
+            "trackers": [tracker.state_dict() for tracker in self.trackers],
+            "generators": [g.get_state() for g in self.generators],
         }
 
-    def load_state_dict(self, d: dict, *, seed: int | None = None) -> bool:
-        """Restore; returns False when the env could not be restored (it is reset instead)."""
+    def seed_state_dict(self, k: int) -> dict:
+        """Run index k's collector state as a single run's collector holds it."""
+        return {
+            "env": _pickled(self.vecs[k]),
+            "obs": self.obs[k],
+            "episode_start": self.episode_start[k].cpu().clone(),
+            "policy_state": {
+                name: tuple(s[k].cpu().clone() for s in state)
+                for name, state in self.policy_state.items()
+            },
+            "tracker": self.trackers[k].state_dict(),
+        }
+
+    def load_seed_state_dict(self, k: int, d: dict, *, vec: VectorEnv | None = None) -> bool:
+        """Restore run index k from a single run's collector state (:meth:`seed_state_dict`);
+        ``vec``: the env already restored from it (else it is unpickled here). Returns False
+        when the env had not been pickled: it is reset with the run's seed instead."""
+        if vec is None and d.get("env") is not None:
+            vec = pickle.loads(d["env"])
+        if vec is not None:
+            self.vecs[k] = vec
         if d.get("env") is None:
-            self.obs, _ = self.vec.reset(seed=seed)
+            self.obs[k] = self.vecs[k].reset(seed=self.seeds[k])[0]
+            self.episode_start[k] = True
+            fresh = self.policy.initial_state(self.num_envs)
+            for name, state in self.policy_state.items():
+                for s, new in zip(state, fresh[name], strict=True):
+                    s[k] = new[k]
+            return False
+        self.obs[k] = d["obs"]
+        self.episode_start[k] = d["episode_start"].to(self.device)
+        for name, state in self.policy_state.items():
+            for s, saved in zip(state, d["policy_state"][name], strict=True):
+                s[k] = saved.to(self.device)
+        self.trackers[k].load_state_dict(d["tracker"])
+        return True
+
+    def load_state_dict(self, d: dict) -> bool:
+        """Restore (:meth:`state_dict`); returns False when some run's env could not be
+        restored: every run is then reset with its seed, as a single run resumes such an
+        env."""
+        if self.one_run:
+            return self.load_seed_state_dict(0, d)
+        for g, state in zip(self.generators, d["generators"], strict=True):
+            g.set_state(state)
+        if any(blob is None for blob in d["envs"]):
+            self.obs = [vec.reset(seed=s)[0] for vec, s in zip(self.vecs, self.seeds, strict=True)]
             self.episode_start[:] = True
             self.policy_state = self.policy.initial_state(self.num_envs)
             return False
-        self.vec = pickle.loads(d["env"])
-        self.obs = d["obs"]
+        self.vecs = [pickle.loads(blob) for blob in d["envs"]]
+        self.obs = list(d["obs"])
         self.episode_start = d["episode_start"].to(self.device)
         self.policy_state = {
             k: tuple(s.to(self.device) for s in v) for k, v in d["policy_state"].items()
         }
-        self.tracker.load_state_dict(d["tracker"])
+        for tracker, state in zip(self.trackers, d["trackers"], strict=True):
+            tracker.load_state_dict(state)
         return True
 
 
-# ---------------------------------------------------------------- whole episodes (GRPO)
+def _one_run_values(value_fn: ValueFn) -> SeedValueFn:
+    """A single run's critic with a leading run axis of 1 on its input and outputs."""
+
+    def values(state: Tensor) -> tuple[Tensor, Tensor]:
+        team, individual = value_fn(state[0])
+        return team.unsqueeze(0), individual.unsqueeze(0)
+
+    return values
 
 
-def group_reset_seeds(seeds: Sequence[int], group_size: int) -> list[int]:
-    """``[s_p for p in range(P) for _ in range(G)]``: each seed repeated ``group_size`` times."""
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise ValueError(f"group_size must be an int >= 1, got {group_size!r}")
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"group seeds must be distinct, got {list(seeds)}")
-    return [int(s) for s in seeds for _ in range(group_size)]
-
-
-def group_ids_for(num_groups: int, group_size: int, device: torch.device | str = "cpu") -> Tensor:
-    """Group id of each env: ``[P * G]`` long, ``[0]*G + [1]*G + ...``."""
-    return torch.arange(num_groups, device=device).repeat_interleave(group_size)
-
-
-@dataclass
-class GroupBatch:
-    """Whole episodes of P groups x G episodes (E = P * G envs, T = longest episode).
-
-    Shapes (n_k agents of type k, N agents in ``possible_agents`` order):
-    ``obs[k] [T, E, n_k, D_k]``, ``mask[k] [T, E, n_k, A_k]`` bool, ``actions[k]``,
-    ``logp[k] [T, E, n_k]``; ``reward_team [T, E]``; ``reward_individual``,
-    ``reward_penalty [T, E, N]``; ``valid [T, E]`` bool (the env was running at step t);
-    ``lengths [E]``; ``terminated``/``truncated [E]`` (how each episode ended);
-    ``group_ids [E]``; ``initial_state [E, S]`` (``vec.state()`` after the reset).
-    """
-
-    obs: dict[str, Tensor]
-    mask: dict[str, Tensor]
-    actions: dict[str, Tensor]
-    logp: dict[str, Tensor]
-    reward_team: Tensor
-    reward_individual: Tensor
-    reward_penalty: Tensor
-    valid: Tensor
-    lengths: Tensor
-    terminated: Tensor
-    truncated: Tensor
-    group_ids: Tensor
-    seeds: list[int]
-    initial_state: Tensor
-    episodes: list[dict[str, float]] = field(default_factory=list)
-    #: [T, E] bool, the steps that enter the loss (set by the algorithm: valid and kept)
-    loss_mask: Tensor | None = None
-    #: [T, E, N] bool: the agent acted at the step (valid, and not left the episode)
-    active: Tensor | None = None
-
-    @property
-    def num_steps(self) -> int:
-        return int(self.valid.shape[0])
-
-    @property
-    def num_envs(self) -> int:
-        return int(self.valid.shape[1])
-
-    @property
-    def env_steps(self) -> int:
-        """Environment steps actually taken (valid steps summed over envs)."""
-        return int(self.valid.sum())
-
-
-@torch.no_grad()
-def collect_group_episodes(
-    vec: Any,
-    layout: AgentLayout,
-    policy: MultiAgentPolicy,
-    seeds: Sequence[int],
-    group_size: int,
-    *,
-    device: torch.device | str = "cpu",
-    generator: torch.Generator | None = None,
-    max_steps: int | None = None,
-) -> GroupBatch:
-    """Reset ``vec`` (``autoreset=False``, ``num_envs = len(seeds) * group_size``) with each
-    seed repeated ``group_size`` times and run every env to the end of its episode.
-
-    Args:
-        vec: a vector env built with ``autoreset=False`` (docs/CONTRACTS.md section 1).
-        layout, policy: the agent layout and the policy that samples actions.
-        seeds: P distinct reset seeds.
-        group_size: G.
-        device: where the tensors live.
-        generator: optional torch generator for the action samples.
-        max_steps: safety cap on the episode length (default ``vec.max_cycles``); an env still
-            running after it raises RuntimeError (the env broke its contract).
-
-    Returns:
-        A :class:`GroupBatch`; ``episodes[e]`` is env e's episode record (returns by channel
-        and the env's end-of-episode info metrics, as :class:`EpisodeTracker`).
-    """
-    episodes = GroupEpisodes(vec, layout, seeds, group_size, device=device, max_steps=max_steps)
-    state = policy.initial_state(episodes.num_envs)
-    while not episodes.done:
-        obs_t, mask_t = episodes.observe()
-        actions, logps, state = policy.act(
-            obs_t,
-            mask_t,
-            state,
-            episodes.reset if policy.is_recurrent else None,
-            generator=generator,
-        )
-        episodes.step(obs_t, mask_t, actions, logps)
-    return episodes.batch()
-
-
-class GroupEpisodes:
-    """The episodes of one :func:`collect_group_episodes` call, step by step: reset ``vec``
-    with each of ``seeds`` repeated ``group_size`` times, then :meth:`observe` the envs,
-    :meth:`step` them with the policy's actions, until :attr:`done`; :meth:`batch` is the
-    :class:`GroupBatch`. ``marl.rollout.seed_collect`` steps the episodes of several seeds' envs
-    with one batched policy this way."""
-
-    def __init__(
-        self,
-        vec: Any,
-        layout: AgentLayout,
-        seeds: Sequence[int],
-        group_size: int,
-        *,
-        device: torch.device | str = "cpu",
-        max_steps: int | None = None,
-    ) -> None:
-        self.device = dev = torch.device(device)
-        if getattr(vec, "autoreset", False):
-            raise ValueError("collect_group_episodes needs a vector env built with autoreset=False")
-        self.reset_seeds = group_reset_seeds(seeds, group_size)
-        E = self.num_envs = len(self.reset_seeds)
-        if int(vec.num_envs) != E:
-            raise ValueError(
-                f"vec.num_envs={vec.num_envs} but {len(seeds)} seeds x group_size {group_size} "
-                f"= {E}"
-            )
-        self.vec, self.layout = vec, layout
-        self.num_groups, self.group_size = len(seeds), group_size
-        self.limit = limit_of(vec, max_steps)
-        self.batcher = ObsBatcher(layout, dev)
-        self.tracker = EpisodeTracker(E, layout.n_agents)
-        self.obs, _ = vec.reset(seed=self.reset_seeds)
-        self.initial_state = torch.from_numpy(np.asarray(vec.state(), np.float32).copy()).to(dev)
-        #: [E] bool: a new episode starts at this step (the first step only)
-        self.reset = torch.ones(E, dtype=torch.bool, device=dev)
-        self.alive = np.ones(E, bool)
-        self.terminated, self.truncated = np.zeros(E, bool), np.zeros(E, bool)
-        self.lengths = np.zeros(E, np.int64)
-        self.records: list[dict[str, float] | None] = [None] * E
-        self.steps: dict[str, list] = {
-            k: [] for k in ("obs", "mask", "actions", "logp", "team", "ind", "pen", "valid",
-                            "active")
-        }  # fmt: skip
-        self.t = 0
-
-    @property
-    def done(self) -> bool:
-        """Whether every env's episode has ended."""
-        return not self.alive.any()
-
-    def observe(self) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-        """The policy's inputs of this step, per type ``[E, n_k, D_k]`` and masks; raises
-        RuntimeError past the step limit (an env that never ends breaks its contract)."""
-        if self.t >= self.limit:
-            raise RuntimeError(
-                f"{int(self.alive.sum())} env(s) still running after {self.limit} steps; the "
-                "env must end every episode by max_cycles (truncation)"
-            )
-        return self.batcher(self.obs)
-
-    def step(
-        self,
-        obs_t: dict[str, Tensor],
-        mask_t: dict[str, Tensor],
-        actions: dict[str, Tensor],
-        logps: dict[str, Tensor],
-    ) -> None:
-        """Record this step's inputs and the policy's actions, and step the envs."""
-        agents, E, steps, alive = self.layout.agents, self.num_envs, self.steps, self.alive
-        steps["obs"].append(obs_t)
-        steps["mask"].append(mask_t)
-        steps["actions"].append(actions)
-        steps["logp"].append(logps)
-        steps["valid"].append(alive.copy())
-        obs, rewards, terms, truncs, infos = self.vec.step(self.batcher.actions_to_env(actions))
-        self.obs = obs
-        team, ind, pen = reward_channels(infos, agents)
-        team, ind, pen = team * alive, ind * alive[:, None], pen * alive[:, None]
-        steps["team"].append(team)
-        steps["ind"].append(ind)
-        steps["pen"].append(pen)
-        steps["active"].append(agent_activity(infos, agents, E) & alive[:, None])
-        te = np.asarray(terms[agents[0]], bool)
-        tr = np.asarray(truncs[agents[0]], bool) & ~te
-        ended = (te | tr) & alive
-        for i, rec in zip(
-            np.flatnonzero(ended),
-            self.tracker.step(
-                team,
-                ind,
-                pen,
-                ended,
-                infos,
-                agents,
-                live_mean_reward(rewards, infos, agents) * alive,
-            ),
-            strict=True,
-        ):
-            self.records[i] = rec
-        self.terminated |= te & ended
-        self.truncated |= tr & ended
-        self.lengths[ended] = self.t + 1
-        alive &= ~ended
-        self.reset = torch.zeros(E, dtype=torch.bool, device=self.device)
-        self.t += 1
-
-    def batch(self) -> GroupBatch:
-        """The episodes collected, ``T`` = the longest one's length."""
-        dev, types, steps = self.device, self.layout.types, self.steps
-
-        def stack_typed(key: str) -> dict[str, Tensor]:
-            return {tp.name: torch.stack([s[tp.name] for s in steps[key]]) for tp in types}
-
-        def to_t(arrays: list, dtype: torch.dtype) -> Tensor:
-            return torch.from_numpy(np.stack(arrays)).to(device=dev, dtype=dtype)
-
-        return GroupBatch(
-            obs=stack_typed("obs"),
-            mask=stack_typed("mask"),
-            actions=stack_typed("actions"),
-            logp=stack_typed("logp"),
-            reward_team=to_t(steps["team"], torch.float32),
-            reward_individual=to_t(steps["ind"], torch.float32),
-            reward_penalty=to_t(steps["pen"], torch.float32),
-            valid=to_t(steps["valid"], torch.bool),
-            active=to_t(steps["active"], torch.bool),
-            lengths=torch.from_numpy(self.lengths).to(dev),
-            terminated=torch.from_numpy(self.terminated).to(dev),
-            truncated=torch.from_numpy(self.truncated).to(dev),
-            group_ids=group_ids_for(self.num_groups, self.group_size, dev),
-            seeds=self.reset_seeds,
-            initial_state=self.initial_state,
-            episodes=[r for r in self.records if r is not None],
-        )
-
-
-def limit_of(vec: Any, max_steps: int | None = None) -> int:
-    """The episode-length cap of a group collection: ``max_steps``, else the env's
-    ``max_cycles``, else 100,000."""
-    return int(max_steps if max_steps is not None else getattr(vec, "max_cycles", 100_000))
-
-
-# ---------------------------------------------------------------- evaluation
-
-
-#: eval.json figure -> episode record key (:class:`EpisodeTracker`)
-EVAL_KEYS = {
-    "success_rate": "success",
-    "solved_rate": "solved",
-    "mean_return": "return",
-    "coverage": "coverage",
-    "revisit_rate": "revisit_rate",
-    "episode_length": "episode_length",
-}
-
-#: ``act(obs, vec, active) -> actions``: env observations to env actions (dict agent -> int
-#: array [N]); ``active [N]`` bool marks the envs whose episode is still running
-ActFn = Callable[[Mapping[str, Any], VectorEnv, np.ndarray], dict[str, np.ndarray]]
-
-
-class BaselineActor:
-    """A scripted policy called as ``policy(obs, vec)`` (envs.baselines' convention) as an
-    :data:`ActFn`."""
-
-    def __init__(self, policy: Callable[[Mapping[str, Any], Any], dict[str, Any]]) -> None:
-        self.policy = policy
-
-    def __call__(
-        self, obs: Mapping[str, Any], vec: VectorEnv, active: np.ndarray
-    ) -> dict[str, np.ndarray]:
-        return self.policy(obs, vec)
-
-
-class PolicyActor:
-    """A trained :class:`MultiAgentPolicy` as an :data:`ActFn`: it carries the recurrent
-    state of ``num_envs`` envs from their first step on (a fresh actor per set of episodes)
-    and sums the policy's entropy over the agents' steps in running episodes.
-
-    ``temperature``: actions are sampled from ``softmax(logits / temperature)`` over the
-    allowed actions (1: the policy's own distribution; the entropy summed is that of the
-    distribution sampled from). Greedy actions (``deterministic``) ignore no temperature: the
-    two exclude each other."""
-
-    def __init__(
-        self,
-        policy: MultiAgentPolicy,
-        layout: AgentLayout,
-        num_envs: int,
-        *,
-        deterministic: bool = False,
-        temperature: float = 1.0,
-        seed: int = 0,
-        device: torch.device | str | None = None,
-    ) -> None:
-        if not temperature > 0 or not math.isfinite(temperature):
-            raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
-        if deterministic and temperature != 1.0:
-            raise ValueError("greedy actions (deterministic) take no sampling temperature")
-        self.temperature = float(temperature)
-        self.policy, self.deterministic, self.num_envs = policy, deterministic, num_envs
-        self.device = next(policy.parameters()).device if device is None else torch.device(device)
-        self.batcher = ObsBatcher(layout, self.device)
-        self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(int(seed))
-        self.state = policy.initial_state(num_envs)
-        self.first = True
-        self.entropy_sum, self.entropy_count = 0.0, 0
-
-    @torch.no_grad()
-    def __call__(
-        self, obs: Mapping[str, Any], vec: VectorEnv, active: np.ndarray
-    ) -> dict[str, np.ndarray]:
-        obs_t, mask_t = self.batcher(obs)
-        reset = torch.full((self.num_envs,), self.first, dtype=torch.bool, device=self.device)
-        running = torch.from_numpy(np.asarray(active, bool)).to(self.device)
-        actions = {}
-        for name, actor in self.policy.actors.items():
-            dist, self.state[name] = actor.step(obs_t[name], mask_t[name], self.state[name], reset)
-            if self.temperature != 1.0:
-                dist = MaskedCategorical(dist.logits / self.temperature, mask_t[name])
-            if self.deterministic:
-                actions[name] = dist.mode()
-            else:
-                actions[name] = dist.sample(self.generator)
-            entropy = dist.entropy()  # [E, n_k]
-            self.entropy_sum += float(entropy[running].sum())
-            self.entropy_count += int(running.sum()) * entropy.shape[1]
-        self.first = False
-        return self.batcher.actions_to_env(actions)
-
-    @property
-    def mean_entropy(self) -> float | None:
-        """The policy's mean per-step entropy over the agent-steps it acted in running
-        episodes (nats); None before any."""
-        return self.entropy_sum / self.entropy_count if self.entropy_count else None
-
-
-def evaluate_episodes(
-    act: ActFn, vec: VectorEnv, seeds: Sequence[int], *, repeats: int = 1
-) -> dict[str, Any]:
-    """Run ``repeats`` episodes per seed (env ``r * len(seeds) + i`` of ``vec``, built with
-    ``autoreset=False`` and ``num_envs = repeats * len(seeds)``, reset with ``seeds[i]``) and
-    summarise: the mean of each :data:`EVAL_KEYS` figure over the first episode of every seed
-    (one per seed, ``n_episodes``; None when the env does not report it), and
-    ``search_diversity`` (with ``repeats >= 2`` and an env that offers
-    ``search_sets()``: the mean over seeds of the mean pairwise Jaccard distance between the
-    sets its episodes searched, :mod:`envs.diversity`; else None), ``n_episodes``,
-    ``seeds``. The one evaluation loop: the trainer's evaluations, ``python -m marl.evaluate``
-    and the baselines printed next to them all go through it."""
-    seeds = [int(s) for s in seeds]
-    if not seeds:
-        raise ValueError("seeds must not be empty")
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    reset_seeds = seeds * repeats
-    n = len(reset_seeds)
-    if int(vec.num_envs) != n:
-        raise ValueError(f"vec.num_envs={vec.num_envs} but {len(seeds)} seeds x {repeats}")
-    agents = list(vec.possible_agents)
-    tracker = EpisodeTracker(n, len(agents))
-    obs, _ = vec.reset(seed=reset_seeds)
-    finished = np.zeros(n, bool)
-    records: list[dict[str, float] | None] = [None] * n
-    limit = int(getattr(vec, "max_cycles", 100_000)) + 1
-    for _ in range(limit):
-        obs, rewards, terms, truncs, infos = vec.step(act(obs, vec, ~finished))
-        team, ind, pen = reward_channels(infos, agents)
-        done = np.asarray(terms[agents[0]], bool) | np.asarray(truncs[agents[0]], bool)
-        newly = done & ~finished
-        team, ind, pen = (
-            team * ~finished,
-            ind * ~finished[:, None],
-            pen * ~finished[:, None],
-        )
-        for i, rec in zip(
-            np.flatnonzero(newly),
-            tracker.step(
-                team,
-                ind,
-                pen,
-                newly,
-                infos,
-                agents,
-                live_mean_reward(rewards, infos, agents) * ~finished,
-            ),
-            strict=True,
-        ):
-            records[i] = rec
-        finished |= done
-        if finished.all():
-            break
-    if not finished.all():
-        raise RuntimeError(f"evaluation episodes did not end within {limit} steps")
-    out: dict[str, Any] = {}
-    first = records[: len(seeds)]  # the first episode of each seed
-    for name, key in EVAL_KEYS.items():
-        values = [r[key] for r in first if r is not None and key in r]
-        out[name] = float(np.mean(values)) if len(values) == len(seeds) else None
-    # every numeric info metric the env reports at episode end (mean over episodes)
-    for key in dict.fromkeys(k for r in first if r is not None for k in r):
-        if key not in EVAL_KEYS.values() and not key.startswith("return"):
-            values = [r[key] for r in first if r is not None and key in r]
-            out.setdefault(key, float(np.mean(values)))
-    out["search_diversity"] = None
-    search_sets = getattr(vec, "search_sets", None)
-    if repeats >= 2 and callable(search_sets):
-        out["search_diversity"] = grouped_pairwise_jaccard(search_sets(), reset_seeds)
-    out["n_episodes"] = len(seeds)
-    out["seeds"] = seeds
-    return out
+def _pickled(vec: VectorEnv) -> bytes | None:
+    """The pickled env, None for an env that cannot be pickled (it resumes with a reset)."""
+    try:
+        return pickle.dumps(vec)
+    except Exception:  # noqa: BLE001 - an env that cannot be pickled resumes with a reset
+        return None

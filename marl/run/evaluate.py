@@ -45,7 +45,8 @@ import torch
 
 from marl.adapters.envapi import make_vector_env
 from marl.models.policies import AgentLayout, MultiAgentPolicy
-from marl.rollout.collect import EVAL_KEYS, ObsBatcher, PolicyActor, evaluate_episodes
+from marl.rollout.collect import ObsBatcher
+from marl.rollout.episodes import EVAL_KEYS, PolicyActor, evaluate_episodes
 from marl.run.artifact import TRUST_CHECKPOINT_HELP, PolicyArtifactError
 from marl.run.artifact import load_run_policy as load_artifact_policy
 from marl.run.checkpoint import describe_checkpoint
@@ -77,7 +78,7 @@ def evaluate_policy(
     repeats: int = 1,
 ) -> dict[str, Any]:
     """Run ``repeats`` episodes per seed (all in one vector env,
-    :func:`marl.rollout.collect.evaluate_episodes`) and summarise (see the module doc), with
+    :func:`marl.rollout.episodes.evaluate_episodes`) and summarise (see the module doc), with
     ``entropy``: the mean per-step entropy over the agents' steps (nats) of the distribution
     the actions were sampled from (``temperature``: ``softmax(logits / temperature)``,
     recorded as ``temperature`` when not 1);

@@ -21,8 +21,9 @@ Algorithms are looked up in :data:`marl.algos.ALGORITHMS` (name -> class); each 
 
 The loop here is algorithm-agnostic: schedules, time budget, logging, checkpoints, signals,
 evaluation, plots. Distributed (torchrun): every rank runs the loop; only rank 0 writes.
-:func:`train` checks and sets up; :func:`_train_loop` is the run's story (iterate, log,
-evaluate, checkpoint; finish), told with small parts: :class:`marl.run.rundir.RunDir` (the
+:func:`train` checks and sets up; :func:`_train_loop` is the story (iterate, log, evaluate,
+checkpoint; finish) of one run, a batch of one (:class:`_OneRun`), and of a ``--seeds`` batch
+(:mod:`marl.run.train_seeds`), told with small parts: :class:`marl.run.rundir.RunDir` (the
 layout and its refuse / overwrite / resume rules), :class:`marl.run.signals.StopSignals`,
 :mod:`marl.run.progress` (budget, clock, progress bar), and :mod:`marl.run.checkpointing`:
 :class:`~marl.run.checkpointing.Cadence` (when to evaluate and checkpoint) and
@@ -64,7 +65,8 @@ import os
 import random
 import sys
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -73,7 +75,7 @@ import yaml
 from marl.adapters.envapi import make_vector_env
 from marl.algos import ALGORITHMS, Algorithm, register_algorithm, resolve_algorithm
 from marl.core.losses import NonFiniteError
-from marl.rollout.collect import BaselineActor, evaluate_episodes
+from marl.rollout.episodes import BaselineActor, evaluate_episodes
 from marl.run import distributed
 from marl.run.artifact import write_policy_artifact
 from marl.run.checkpoint import (
@@ -82,6 +84,7 @@ from marl.run.checkpoint import (
     RunDirBusyError,
     list_checkpoints,
     load_newest_checkpoint,
+    rng_state,
     set_rng_state,
 )
 from marl.run.checkpointing import Cadence, Checkpoints, Start
@@ -231,21 +234,110 @@ def _baseline_rows(cfg: BaseConfig, seeds: list[int]) -> dict[str, dict[str, Any
     return rows
 
 
-def _finish(
-    algo: Algorithm,
-    cfg: BaseConfig,
-    run: RunDir,
-    history: list[dict[str, Any]],
-    clock: TrainingClock,
-    checkpoints: Checkpoints,
-    *,
-    update: int,
-    env_steps: int,
-) -> dict[str, Any]:
+class TrainedRun(Protocol):
+    """One run as :class:`Checkpoints`, :func:`_evaluation_row` and :func:`_finish` read it: an
+    :class:`Algorithm`'s ``policy``, ``layout``, ``last_advantages`` and ``state_dict()``, and
+    ``rng()``, the RNG states its checkpoint holds."""
+
+    policy: Any
+    layout: Any
+    last_advantages: Any
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def rng(self) -> dict[str, Any]: ...
+
+
+class RunBatch(Protocol):
+    """S >= 1 runs trained together, as :func:`_train_loop` drives them: one run
+    (:class:`_OneRun`, a batch of one) or ``--seeds`` (:class:`marl.algos.seeds.SeedBatch`).
+    ``iteration(progress)``: one collect + update of every run that trains (``progress[k]``:
+    run k's budget progress), each run's metrics with ``env_steps_delta`` ({} for a run that
+    no longer trains); ``sync(k)``: run k brought up to date to evaluate or checkpoint it."""
+
+    #: the quantity that turned non-finite and stopped run k (None: it trains)
+    stopped: list[str | None]
+    #: the runs that spent their budget (they step no more)
+    done: set[int]
+
+    def iteration(self, progress: list[float]) -> list[dict[str, float]]: ...
+
+    def sync(self, k: int) -> Any: ...
+
+
+class _OneRun:
+    """A single run, any :class:`Algorithm` (a user's registered one, a torchrun rank's), as
+    the batch of one :func:`_train_loop` drives, and that batch's only run (its RNG states
+    are the process's generators). Its non-finite guard raises NonFiniteError instead of
+    stopping the run in ``stopped``."""
+
+    def __init__(self, algo: Algorithm) -> None:
+        self.algo = algo
+        self.stopped: list[str | None] = [None]
+        self.done: set[int] = set()
+
+    def iteration(self, progress: list[float]) -> list[dict[str, float]]:
+        return [self.algo.iteration(progress[0])]
+
+    def sync(self, k: int) -> Algorithm:  # noqa: ARG002 - one run is always up to date
+        return self.algo
+
+    def rng(self) -> dict[str, Any]:
+        return rng_state()
+
+    def __getattr__(self, name: str) -> Any:  # policy, layout, last_advantages, state_dict
+        return getattr(self.algo, name)
+
+
+@dataclass
+class _RunBook:
+    """Run k's bookkeeping in :func:`_train_loop`: its config, run directory, logger and
+    checkpoints, the update and env steps it reached, and how it ended."""
+
+    k: int
+    cfg: BaseConfig
+    run: TrainedRun
+    dir: RunDir
+    logger: RunLogger
+    checkpoints: Checkpoints
+    update: int
+    env_steps: int
+    #: finished, or stopped on a non-finite value
+    ended: bool = False
+    #: the final evaluation ({} on ranks other than 0)
+    result: dict[str, Any] | None = None
+
+    def advance(
+        self, metrics: dict[str, Any], dt: float, clock: TrainingClock, world_size: int
+    ) -> dict[str, Any]:
+        """Count the update of ``metrics`` (which took ``dt`` seconds); its metrics row: the
+        update's number and the env steps (of every rank) after it, time_s and cpu_s (what
+        the budget counts), sps and agent_sps, then the algorithm's metrics."""
+        delta = int(metrics.pop("env_steps_delta")) * world_size
+        self.update, self.env_steps = self.update + 1, self.env_steps + delta
+        return {
+            "update": self.update,
+            "env_steps": self.env_steps,
+            "time_s": clock.elapsed(),
+            "cpu_s": clock.cpu(),
+            "sps": delta / dt,
+            "agent_sps": delta * self.run.layout.n_agents / dt,
+            **metrics,
+        }
+
+    def close(self, batch: RunBatch, clock: TrainingClock) -> None:
+        """The run's last checkpoint (brought up to date first); its logger closed."""
+        batch.sync(self.k)
+        self.checkpoints.save(self.update, self.env_steps, clock)
+        self.logger.close()
+
+
+def _finish(book: _RunBook, clock: TrainingClock, *, baselines: bool = True) -> dict[str, Any]:
     """The end of a run that trained to its budget (rank 0): the final evaluation, eval.json,
     the policy artifact with it (policy/), plots, GIF, the table, and last finished.json
-    (everything a finished run holds is written). ``history``: the provenance records of the
-    run's invocations."""
+    (everything a finished run holds is written). ``baselines``: the baselines' rows in the
+    table, when configured (a batch prints them with its first run to finish)."""
+    algo, run, cfg = book.run, book.dir, book.cfg
     episodes = cfg.final_eval_episodes or cfg.eval_episodes
     seeds = list(range(cfg.eval_seed, cfg.eval_seed + episodes))
     result = evaluate_policy(
@@ -261,9 +353,9 @@ def _finish(
         run.path,
         algo.policy,
         cfg,
-        update=update,
-        env_steps=env_steps,
-        provenance=history[-1],
+        update=book.update,
+        env_steps=book.env_steps,
+        provenance=book.checkpoints.history[-1],
         evaluation=result,
     )
     if cfg.plots:
@@ -271,27 +363,19 @@ def _finish(
     if cfg.gif:
         _write_gif(algo, cfg, run, seeds[0])
     table = {cfg.algo: result}
-    if cfg.baselines:
+    if cfg.baselines and baselines:
         table.update(_baseline_rows(cfg, seeds))
     print(
         f"\nEvaluation on {len(seeds)} validation seeds "
         f"({seeds[0]}..{seeds[-1]}), run dir {run.path}:"
     )
     print(format_table(table))
-    record = _finished_record(
-        cfg,
-        history,
-        update=update,
-        env_steps=env_steps,
-        time_s=clock.elapsed(),
-        cpu_s=clock.cpu(),
-        checkpoint=checkpoints.relative_path(),
-    )
+    record = _finished_record(book, clock, update=book.update)
     atomic_write_json(run.finished_json, record, final_newline=False)
     return result
 
 
-def _write_plots(algo: Algorithm, cfg: BaseConfig, run: RunDir) -> None:
+def _write_plots(algo: TrainedRun, cfg: BaseConfig, run: RunDir) -> None:
     """plots/learning_curves.png (of metrics.jsonl) and plots/advantages.png (of the last
     update's advantages, when the algorithm kept them)."""
     title = f"{cfg.algo} / {cfg.backbone} / seed {cfg.seed}"
@@ -306,7 +390,7 @@ def _write_plots(algo: Algorithm, cfg: BaseConfig, run: RunDir) -> None:
         )
 
 
-def _write_gif(algo: Algorithm, cfg: BaseConfig, run: RunDir, seed: int) -> None:
+def _write_gif(algo: TrainedRun, cfg: BaseConfig, run: RunDir, seed: int) -> None:
     """episode.gif: the episode of evaluation seed ``seed``; a failure is a line, not an
     error (it must not lose the run)."""
     try:
@@ -416,7 +500,9 @@ def train(
             held.enter_context(run.claim(resume=options.resuming, overwrite=options.overwrite))
             config_yaml = yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
             atomic_write_text(run.config_yaml, config_yaml)
-        return _train_loop(cfg, ctx, algo, run, start, options.wandb)
+        one = _OneRun(algo)
+        results = _train_loop([cfg], ctx, one, [one], [run], [start], options.wandb)
+    return None if results is None else results[0]
 
 
 def _with_overrides(cfg: BaseConfig, options: RunOptions | None, **overrides: Any) -> RunOptions:
@@ -514,28 +600,21 @@ def _finished_within_budget(cfg: BaseConfig, run_dir: str) -> dict[str, Any] | N
         return {}
 
 
-def _finished_record(
-    cfg: BaseConfig,
-    history: list[dict[str, Any]],
-    *,
-    update: int,
-    env_steps: int,
-    time_s: float,
-    cpu_s: float,
-    checkpoint: str | None,
-) -> dict[str, Any]:
-    """finished.json: the work the run consumed (env steps, wall and CPU seconds, over all its
-    invocations), the budget it was given, and its provenance: ``commit`` / ``dirty`` of the
-    invocation that finished it, ``commits`` of every invocation (more than one when it was
-    resumed under other code) and the last invocation's full :func:`provenance` record."""
+def _finished_record(book: _RunBook, clock: TrainingClock, *, update: int) -> dict[str, Any]:
+    """finished.json of the run at ``update``: the work it consumed (env steps, wall and CPU
+    seconds, over all its invocations), the budget it was given, and its provenance:
+    ``commit`` / ``dirty`` of the invocation that finished it, ``commits`` of every invocation
+    (more than one when it was resumed under other code) and the last invocation's full
+    :func:`provenance` record."""
+    cfg, history = book.cfg, book.checkpoints.history
     last = history[-1]
     commits = list(dict.fromkeys(p.get("commit") for p in history if p.get("commit")))
     return {
         "update": update,
-        "env_steps": env_steps,
-        "time_s": time_s,
-        "cpu_s": cpu_s,
-        "checkpoint": checkpoint,
+        "env_steps": book.env_steps,
+        "time_s": clock.elapsed(),
+        "cpu_s": clock.cpu(),
+        "checkpoint": book.checkpoints.relative_path(),
         "budget": {
             "total_steps": cfg.total_steps,
             "max_time": cfg.max_time,
@@ -549,7 +628,7 @@ def _finished_record(
     }
 
 
-def _evaluation_row(cfg: BaseConfig, algo: Algorithm) -> dict[str, float]:
+def _evaluation_row(cfg: BaseConfig, algo: TrainedRun) -> dict[str, float]:
     """An evaluation during training (``eval_episodes`` seeds from ``eval_seed``): its numeric
     figures as ``eval/`` keys of the metrics row, with the short names of docs/CONTRACTS.md
     section 4 too (eval/success, eval/solved)."""
@@ -574,119 +653,146 @@ def _evaluation_row(cfg: BaseConfig, algo: Algorithm) -> dict[str, float]:
 
 
 def _train_loop(
-    cfg: BaseConfig,
+    cfgs: list[BaseConfig],
     ctx: distributed.DistContext,
-    algo: Algorithm,
-    run: RunDir,
-    start: Start,
-    wandb: WandbOptions | None,
-) -> dict[str, Any] | None:
-    """The run once its directory is prepared (and locked): iterate, log, evaluate and
-    checkpoint until the budget is spent, then finish (final evaluation, plots, finished.json
-    last); stopped by SIGINT/SIGTERM, checkpoint and return None."""
-    is_main = ctx.is_main
-    logger = _run_logger(cfg, run, start, wandb, enabled=is_main)
-    # provenance of every invocation of this run (a resumed run keeps its earlier parts')
-    history = [*start.provenance, provenance()]
-    checkpoints = Checkpoints(cfg, algo, run, start, logger, history, enabled=is_main)
-    if is_main and start.resumed:  # the artifact of the timeline resumed
-        checkpoints.write_policy(start.update, start.env_steps)
+    batch: RunBatch,
+    runs: list[TrainedRun],
+    dirs: list[RunDir],
+    starts: list[Start],
+    wandb: WandbOptions | None = None,
+) -> list[dict[str, Any] | None] | None:
+    """The story of S >= 1 runs trained together once their directories are prepared (and
+    locked): iterate, log, evaluate and checkpoint until a run's budget is spent, then finish
+    it (final evaluation, plots, finished.json last; a run whose env steps per update vary,
+    GRPO's, may finish before the others). A run of a batch that stops on a non-finite value
+    records why and the others go on (one run's NonFiniteError propagates). Returns each
+    run's final evaluation (None: it stopped), or None when SIGINT/SIGTERM stopped the loop
+    (every training run checkpointed)."""
+    S, cfg, is_main = len(cfgs), cfgs[0], ctx.is_main
+    books = _run_books(cfgs, runs, dirs, starts, wandb, enabled=is_main)
     cadence = Cadence(cfg.eval_every, cfg.checkpoint_every, evaluates=is_main)
-    budget, update, env_steps = Budget(cfg), start.update, start.env_steps
-    bar = ProgressBar(budget, cfg.algo, start.position, enabled=is_main and cfg.progress)
+    budget = Budget(cfg)
+    label = cfg.algo if S == 1 else f"{cfg.algo} x{S} seeds"
+    bar = ProgressBar(budget, label, starts[0].position, enabled=is_main and cfg.progress)
     try:
         with StopSignals(announce=is_main) as stop:
-            clock = TrainingClock(start.elapsed, start.cpu)
-            interrupted = False
-            while (progress := _agreed_progress(budget, env_steps, clock, ctx)) < 1.0:
-                row = _iterate(algo, progress, update, env_steps, clock, ctx.world_size)
-                update, env_steps = row["update"], row["env_steps"]
-                if cadence.evaluate_at(update):
-                    row.update(_evaluation_row(cfg, algo))
-                logger.log(row)
-                bar.show(row)
-                if cadence.checkpoint_at(update):
-                    checkpoints.save(update, env_steps, clock)
+            clock = TrainingClock(starts[0].elapsed, starts[0].cpu)
+            while True:
+                progress = _agreed_progress(budget, [b.env_steps for b in books], clock, ctx)
+                due = [b for b in books if not b.ended and progress[b.k] >= 1.0]
+                if due and len(due) == sum(not b.ended for b in books):
+                    bar.close()  # the last runs finish
+                for book in due:  # the final checkpoint, then (rank 0) the run's end
+                    first = all(b.result is None for b in books)  # prints the baselines' rows
+                    book.ended = True
+                    batch.done.add(book.k)
+                    book.close(batch, clock)
+                    stop.finishing = S == 1  # one run: a signal stops its final evaluation
+                    book.result = _finish(book, clock, baselines=first) if is_main else {}
+                if all(b.ended for b in books) or (due and stop.requested):
+                    break  # (a signal during a final evaluation of a batch's run)
+                t_iter = time.perf_counter()
+                rows = batch.iteration(progress)
+                dt = time.perf_counter() - t_iter
+                shown = next(b for b in books if not b.ended)  # the bar's run
+                for book, metrics in zip(books, rows, strict=True):
+                    if not metrics:
+                        continue
+                    row = book.advance(metrics, dt, clock, ctx.world_size)
+                    if cadence.evaluate_at(book.update):
+                        batch.sync(book.k)
+                        row.update(_evaluation_row(book.cfg, book.run))
+                    book.logger.log(row)
+                    if book is shown:
+                        bar.show(row)
+                    if cadence.checkpoint_at(book.update):
+                        batch.sync(book.k)
+                        book.checkpoints.save(book.update, book.env_steps, clock)
+                for book in books:
+                    if batch.stopped[book.k] is not None and not book.ended:
+                        _record_stop(book, batch.stopped[book.k], clock)
                 if _stop_agreed(stop, ctx):
-                    interrupted = True
                     break
             bar.close()
-            checkpoints.save(update, env_steps, clock)
-            logger.close()
-            if interrupted:
+            training = [b for b in books if not b.ended]
+            for book in training:
+                book.close(batch, clock)
+            if training:  # interrupted
                 if is_main:
-                    _say_interrupted(stop, checkpoints, update)
+                    _say_interrupted(stop, books)
                 return None
-            stop.finishing = True  # from here on a signal stops at once
-            result = {}
-            if is_main:
-                result = _finish(
-                    algo, cfg, run, history, clock, checkpoints, update=update, env_steps=env_steps
-                )
     except (NonFiniteError, OSError, KeyboardInterrupt) as exc:
-        exc.marl_kept = checkpoints.kept_note()  # type: ignore[attr-defined]
+        kept = " ".join(b.checkpoints.kept_note() for b in books)
+        exc.marl_kept = kept  # type: ignore[attr-defined]
         raise
     finally:
         bar.close()
-        if not logger.closed:
-            with contextlib.suppress(OSError):
-                logger.close()
+        for book in books:
+            if not book.logger.closed:
+                with contextlib.suppress(OSError):
+                    book.logger.close()
     if ctx.enabled:
         distributed.shutdown(ctx)
-    return result
+    return [b.result for b in books]
 
 
-def _run_logger(
-    cfg: BaseConfig, run: RunDir, start: Start, wandb: WandbOptions | None, *, enabled: bool
-) -> RunLogger:
-    """metrics.jsonl, TensorBoard and W&B (rank 0); a resumed run's rows and events past its
-    checkpoint are dropped, and its W&B run continued."""
-    return RunLogger(
-        run.path,
-        enabled=enabled,
-        resume_update=start.update if start.resumed else None,
-        resume_env_steps=start.env_steps if start.resumed else None,
-        wandb=wandb if enabled else None,
-        wandb_config=config_to_dict(cfg),
-        wandb_resume_id=start.wandb_run_id,
-    )
+def _run_books(
+    cfgs: list[BaseConfig],
+    runs: list[TrainedRun],
+    dirs: list[RunDir],
+    starts: list[Start],
+    wandb: WandbOptions | None,
+    *,
+    enabled: bool,
+) -> list[_RunBook]:
+    """Each run's logger (metrics.jsonl, TensorBoard and W&B; a resumed run's rows and events
+    past its checkpoint are dropped, and its W&B run continued), provenance and checkpoints,
+    written on rank 0 (``enabled``); a resumed run's policy artifact is rewritten to the
+    update it continues from."""
+    books = []
+    for k, (cfg, run, rundir, start) in enumerate(zip(cfgs, runs, dirs, starts, strict=True)):
+        logger = RunLogger(
+            rundir.path,
+            enabled=enabled,
+            resume_update=start.update if start.resumed else None,
+            resume_env_steps=start.env_steps if start.resumed else None,
+            wandb=wandb if enabled else None,
+            wandb_config=config_to_dict(cfg),
+            wandb_resume_id=start.wandb_run_id,
+        )
+        # provenance of every invocation of this run (a resumed run keeps its earlier parts')
+        history = [*start.provenance, provenance()]
+        checkpoints = Checkpoints(
+            cfg, run, rundir, start, logger, history, enabled=enabled, rng=run.rng
+        )
+        if enabled and start.resumed:  # the artifact of the timeline resumed
+            checkpoints.write_policy(start.update, start.env_steps)
+        books.append(
+            _RunBook(k, cfg, run, rundir, logger, checkpoints, start.update, start.env_steps)
+        )
+    return books
 
 
 def _agreed_progress(
-    budget: Budget, env_steps: int, clock: TrainingClock, ctx: distributed.DistContext
-) -> float:
-    """The budget's progress; every rank takes rank 0's (they stop together)."""
-    progress = budget.progress(env_steps, clock.elapsed(), clock.cpu())
+    budget: Budget, env_steps: list[int], clock: TrainingClock, ctx: distributed.DistContext
+) -> list[float]:
+    """Each run's budget progress; every rank takes rank 0's (they stop together)."""
+    progress = [budget.progress(e, clock.elapsed(), clock.cpu()) for e in env_steps]
     if ctx.enabled:
-        progress = float(distributed.broadcast_object(progress, ctx))
+        progress = [float(p) for p in distributed.broadcast_object(progress, ctx)]
     return progress
 
 
-def _iterate(
-    algo: Algorithm,
-    progress: float,
-    update: int,
-    env_steps: int,
-    clock: TrainingClock,
-    world_size: int,
-) -> dict[str, Any]:
-    """One iteration of the algorithm and its metrics row: the update's number and the env
-    steps (of every rank) after it, time_s and cpu_s (what the budget counts), sps and
-    agent_sps, then the algorithm's metrics."""
-    t_iter = time.perf_counter()
-    metrics = algo.iteration(progress)
-    delta = int(metrics.pop("env_steps_delta")) * world_size
-    dt = time.perf_counter() - t_iter
-    row = {
-        "update": update + 1,
-        "env_steps": env_steps + delta,
-        "time_s": clock.elapsed(),
-        "cpu_s": clock.cpu(),
-        "sps": delta / dt,
-        "agent_sps": delta * algo.layout.n_agents / dt,
-    }
-    row.update(metrics)
-    return row
+def _record_stop(book: _RunBook, reason: str, clock: TrainingClock) -> None:
+    """finished.json of a run of a batch that stopped on a non-finite value: why, at which
+    update, the checkpoint kept (no eval.json); the other runs go on."""
+    book.ended = True
+    error, update = NonFiniteError(reason), book.update + 1
+    record = _finished_record(book, clock, update=update)
+    record["stopped"] = f"{error}. {book.checkpoints.kept_note()}"
+    book.logger.close()
+    atomic_write_json(book.dir.finished_json, record, final_newline=False)
+    _warn(f"seed {book.cfg.seed} stopped at update {update}: {error}; the other seeds go on")
 
 
 def _stop_agreed(stop: StopSignals, ctx: distributed.DistContext) -> bool:
@@ -697,11 +803,15 @@ def _stop_agreed(stop: StopSignals, ctx: distributed.DistContext) -> bool:
     return stop.requested
 
 
-def _say_interrupted(stop: StopSignals, checkpoints: Checkpoints, update: int) -> None:
+def _say_interrupted(stop: StopSignals, books: list[_RunBook]) -> None:
+    """Where the interrupted runs' checkpoints are and how to continue them (a batch: its
+    directory, the seed runs' parent)."""
+    one, path = books[0], books[0].dir.path
+    said = f"checkpoint {one.checkpoints.path} (update {one.update}) written{stop.since()}"
+    if len(books) > 1:
+        said, path = "every training seed's checkpoint written", os.path.dirname(path)
     print(
-        f"[marl.train] interrupted: checkpoint {checkpoints.path} (update {update}) "
-        f"written{stop.since()}; continue with: python -m marl.train --resume "
-        f"{checkpoints.run.path}",
+        f"[marl.train] interrupted: {said}; continue with: python -m marl.train --resume {path}",
         file=sys.stderr,
         flush=True,
     )

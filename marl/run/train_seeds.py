@@ -17,7 +17,8 @@ advantages turn non-finite stops: its finished.json says so (``"stopped": why``,
 eval.json), its last good checkpoint stays, and the other seeds go on.
 
 ``--seeds`` takes a range ``0-15``, a list ``0,3,7`` or both (``0-3,8``); it excludes
-``--seed``.
+``--seed``. :func:`train_seeds` prepares the seed runs; :func:`marl.run.train._train_loop`, the
+loop of a single run too, trains them.
 """
 
 from __future__ import annotations
@@ -28,18 +29,13 @@ import dataclasses
 import json
 import os
 import sys
-import time
 from typing import Any
 
 import torch
 import yaml
 
 from marl.algos import resolve_algorithm
-from marl.algos.grpo import GRPO
-from marl.algos.seed_grpo import SeedGRPO
-from marl.algos.seed_mappo import SeedMAPPO
 from marl.algos.seeds import SeedBatch, unsupported_with_seeds
-from marl.core.losses import NonFiniteError
 from marl.run.checkpoint import (
     DEFAULT_KEEP,
     CheckpointError,
@@ -48,7 +44,7 @@ from marl.run.checkpoint import (
     numbered_checkpoints,
     rng_state,
 )
-from marl.run.checkpointing import Cadence, Checkpoints, Start
+from marl.run.checkpointing import Start
 from marl.run.compile_clock import compile_clock
 from marl.run.config import (
     EXIT_INTERRUPTED,
@@ -58,24 +54,17 @@ from marl.run.config import (
     parse_train_args,
 )
 from marl.run.options import RunOptions
-from marl.run.progress import Budget, ProgressBar, TrainingClock
-from marl.run.provenance import provenance
+from marl.run.progress import Budget
 from marl.run.rundir import (
     RunDir,
     RunDirBusyError,
     RunDirError,
-    atomic_write_json,
     atomic_write_text,
 )
-from marl.run.runlog import RunLogger
-from marl.run.signals import StopSignals
 from marl.run.train import (
     _default_run_dir,
-    _evaluation_row,
-    _finish,
-    _finished_record,
     _start_process,
-    _warn,
+    _train_loop,
     configure_process,
     resolve_budget,
 )
@@ -186,8 +175,8 @@ def seeds_invocation(argv: list[str]) -> tuple[list[int], list[str], str | None]
 
 
 class _SeedRun:
-    """Seed k of the batch as the single-seed algorithm the run-directory parts of
-    :mod:`marl.run.train` expect (policy, layout, last advantages, state_dict)."""
+    """Seed k of the batch as one run of :func:`marl.run.train._train_loop` (a
+    :class:`marl.run.train.TrainedRun`: policy, layout, last advantages, state_dict, rng)."""
 
     def __init__(self, batch: SeedBatch, k: int) -> None:
         self.batch, self.k = batch, k
@@ -253,10 +242,10 @@ def train_seeds(
             run.check_new(options.overwrite)
     configure_process(cfg)
     compile_clock()
-    _, device = _start_process(cfg)  # threads and device (no process group: one process)
+    ctx, device = _start_process(cfg)  # threads and device (no process group: one process)
     cfgs = [_seed_config(cfg, s, run.path) for s, run in zip(seeds, runs, strict=True)]
     algorithm = resolve_algorithm(cfg.algo)
-    batched = SeedGRPO if issubclass(algorithm, GRPO) else SeedMAPPO
+    batched = algorithm.batch_class()
     batch = batched(cfgs, device, algorithm=algorithm)
     starts = _restore(batch, runs, options) if options.resuming else None
     keep = int(options.keep_checkpoints or DEFAULT_KEEP)
@@ -267,7 +256,8 @@ def train_seeds(
         for one, run in zip(cfgs, runs, strict=True):
             held.enter_context(run.claim(resume=options.resuming, overwrite=options.overwrite))
             atomic_write_text(run.config_yaml, yaml.safe_dump(config_to_dict(one), sort_keys=False))
-        return _seed_loop(cfgs, batch, runs, starts)
+        seed_runs = [_SeedRun(batch, k) for k in range(len(seeds))]
+        return _train_loop(cfgs, ctx, batch, seed_runs, runs, starts)
 
 
 def _finished(run: RunDir, cfg: BaseConfig) -> bool:
@@ -311,115 +301,6 @@ def _restore(batch: SeedBatch, runs: list[RunDir], options: RunOptions) -> list[
     print(f"[marl.train] resuming the batch {os.path.dirname(runs[0].path)} from update "
           f"{update}", file=sys.stderr, flush=True)  # fmt: skip
     return starts
-
-
-def _seed_loop(
-    cfgs: list[BaseConfig], batch: SeedBatch, runs: list[RunDir], starts: list[Start]
-) -> list[dict[str, Any] | None] | None:
-    """The batch's story, as :func:`marl.run.train._train_loop` tells one run's: iterate,
-    log, evaluate and checkpoint every seed until its budget is spent, then finish it (a seed
-    whose env steps per update vary, GRPO's, may finish before the others)."""
-    cfg, S = cfgs[0], len(cfgs)
-    seeds = [_SeedRun(batch, k) for k in range(S)]
-    loggers = [
-        RunLogger(run.path, resume_update=start.update if start.resumed else None,
-                  resume_env_steps=start.env_steps if start.resumed else None,
-                  wandb_config=config_to_dict(one))
-        for one, run, start in zip(cfgs, runs, starts, strict=True)
-    ]  # fmt: skip
-    histories = [[*start.provenance, provenance()] for start in starts]
-    checkpoints = [
-        Checkpoints(one, seed, run, start, logger, history, enabled=True, rng=seed.rng)
-        for one, seed, run, start, logger, history in zip(
-            cfgs, seeds, runs, starts, loggers, histories, strict=True
-        )
-    ]
-    cadence = Cadence(cfg.eval_every, cfg.checkpoint_every, evaluates=True)
-    budget = Budget(cfg)
-    update = [start.update for start in starts]
-    env_steps = [start.env_steps for start in starts]
-    results: list[dict[str, Any] | None] = [None] * S
-    ended: set[int] = set()  # finished, or stopped on a non-finite value
-    bar = ProgressBar(budget, f"{cfg.algo} x{S} seeds", starts[0].position, enabled=cfg.progress)
-    with StopSignals(announce=True) as stop:
-        clock = TrainingClock(starts[0].elapsed, starts[0].cpu)
-
-        def finish(k: int) -> None:
-            first = not any(r is not None for r in results)  # prints the baselines' rows
-            ended.add(k)
-            batch.done.add(k)
-            batch.sync(k)
-            checkpoints[k].save(update[k], env_steps[k], clock)
-            loggers[k].close()
-            one = cfgs[k] if first else _no_table(cfgs[k])
-            results[k] = _finish(seeds[k], one, runs[k], histories[k], clock, checkpoints[k],
-                                 update=update[k], env_steps=env_steps[k])  # fmt: skip
-
-        while True:
-            progress = [budget.progress(e, clock.elapsed(), clock.cpu()) for e in env_steps]
-            for k in range(S):
-                if k not in ended and progress[k] >= 1.0:
-                    finish(k)
-            if len(ended) == S or stop.requested:
-                break
-            t_iter = time.perf_counter()
-            metrics = batch.iteration(progress)
-            dt = time.perf_counter() - t_iter
-            for k, row in enumerate(metrics):
-                if not row:
-                    continue
-                delta = int(row.pop("env_steps_delta"))
-                update[k], env_steps[k] = update[k] + 1, env_steps[k] + delta
-                full = {"update": update[k], "env_steps": env_steps[k], "time_s": clock.elapsed(),
-                        "cpu_s": clock.cpu(), "sps": delta / dt,
-                        "agent_sps": delta * batch.layout.n_agents / dt, **row}  # fmt: skip
-                if cadence.evaluate_at(update[k]):
-                    batch.sync(k)
-                    full.update(_evaluation_row(cfgs[k], seeds[k]))
-                loggers[k].log(full)
-                if k == min(set(range(S)) - ended):
-                    bar.show(full)
-                if cadence.checkpoint_at(update[k]):
-                    batch.sync(k)
-                    checkpoints[k].save(update[k], env_steps[k], clock)
-            for k, reason in enumerate(batch.stopped):
-                if reason is not None and k not in ended:
-                    ended.add(k)
-                    _record_stop(cfgs[k], runs[k], loggers[k], checkpoints[k], reason,
-                                 update[k] + 1, env_steps[k], clock)  # fmt: skip
-        bar.close()
-        if len(ended) < S:  # interrupted
-            for k in sorted(set(range(S)) - ended):
-                batch.sync(k)
-                checkpoints[k].save(update[k], env_steps[k], clock)
-                loggers[k].close()
-            print(f"[marl.train] interrupted: every training seed's checkpoint written; "
-                  f"continue with: python -m marl.train --resume "
-                  f"{os.path.dirname(runs[0].path)}", file=sys.stderr, flush=True)  # fmt: skip
-            return None
-    return results
-
-
-def _no_table(cfg: BaseConfig) -> BaseConfig:
-    """The config without the baselines' rows in the printed table (printed with the first
-    seed that finishes, not again for every seed)."""
-    one = copy.copy(cfg)
-    one.baselines = False
-    return one
-
-
-def _record_stop(cfg, run, logger, checkpoints, reason, update, env_steps, clock) -> None:  # noqa: ANN001
-    """finished.json of a seed that stopped on a non-finite value: why, at which update, the
-    checkpoint kept (no eval.json); the other seeds go on."""
-    error = NonFiniteError(reason)
-    record = _finished_record(
-        cfg, checkpoints.history, update=update, env_steps=env_steps,
-        time_s=clock.elapsed(), cpu_s=clock.cpu(), checkpoint=checkpoints.relative_path(),
-    )  # fmt: skip
-    record["stopped"] = f"{error}. {checkpoints.kept_note()}"
-    logger.close()
-    atomic_write_json(run.finished_json, record, final_newline=False)
-    _warn(f"seed {cfg.seed} stopped at update {update}: {error}; the other seeds go on")
 
 
 def main(argv: list[str]) -> int | None:
