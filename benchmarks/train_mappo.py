@@ -481,7 +481,9 @@ def _seeds_child(args: argparse.Namespace) -> None:
     profiled = None
     if args.profile:
         vecs = [algo.vec] if args.child == _REFERENCE else [r.vec for r in algo.runs]
-        profiled = _profile_iteration(algo, iteration, vecs, args.updates / planned)
+        # the object whose update the iteration calls: a plain run's trainer (a batch of one)
+        trainer = algo.trainer if args.child == _REFERENCE else algo
+        profiled = _profile_iteration(trainer, iteration, vecs, args.updates / planned)
     out = {
         "profile": profiled,
         "run": args.child,
@@ -525,7 +527,8 @@ def _gemm_rate(size: int = 256, repeats: int = 200) -> float:
 
 
 def _profile_iteration(algo, iteration, vecs, progress: float) -> dict:
-    """One more iteration under ``torch.profiler`` (which adds overhead: read the shares):
+    """One more iteration under ``torch.profiler`` (which adds overhead: read the shares;
+    ``algo``: the batch whose ``update`` the iteration calls):
     seconds in the envs' ``step`` (timed around each vec), the rollout's forwards (the rest
     of the collection), and in the update its GEMMs, its optimizer steps and the rest
     (Python and the other small operators); each GEMM phase's compute floor is its FLOPs at

@@ -11,6 +11,11 @@ observed after the first step depends on the cue, so a policy without memory is 
 ``1 / n_zones``, at every horizon (proof below), and a policy that remembers the cue for H
 steps solves it (its route is in the observation).
 
+**Newer version:** :mod:`envs.multisearch_recall_v1` replaces the decision walk by one answer
+action at step H, so that H is the whole span to remember and the random policy is at chance
+too (here it is below chance: it rarely collects). This module stays as it is; the results
+below cite it.
+
 =====================  ===================================================================
 Import                 ``from envs import multisearch_recall_v0``
 Constructors           ``parallel_env(**kw)``, ``env(**kw)`` (AEC, ``parallel_to_aec``),
@@ -172,6 +177,7 @@ adds a line here.
 * v0: Initial release (issue 48): cue, frozen phase of ``memory_horizon`` steps, decision
   phase, one target per zone, zone routes; v0's world and dynamics (``multisearch_v0``
   unchanged).
+* v1: see :mod:`envs.multisearch_recall_v1` (one answer action at step H).
 """
 
 from __future__ import annotations

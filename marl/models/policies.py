@@ -1,5 +1,10 @@
 """Actors (one per agent type), the masked categorical, and the centralised critic.
 
+An actor's computations (step, rollout sampling, training windows with burn-in and truncated
+BPTT) are written once, in :class:`ActorCore`, for S runs with a leading run axis;
+:class:`TypeActor` is one run's actor (S = 1 around its own modules) and
+:class:`marl.models.seed_policies.SeedTypeActor` S runs' stacked ones.
+
 Algorithm-agnostic: MAPPO and GRPO both use :class:`MultiAgentPolicy`; only MAPPO uses
 :class:`CentralCritic`.
 
@@ -17,7 +22,7 @@ Shapes (E envs, n_k agents of type k, D_k observation size, A_k actions, S state
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +35,7 @@ __all__ = [
     "AgentLayout",
     "TypeSpec",
     "MaskedCategorical",
+    "ActorCore",
     "TypeActor",
     "MultiAgentPolicy",
     "CentralCritic",
@@ -180,8 +186,291 @@ def _backbone(kind: str, input_dim: int, hidden_dim: int, activation: str = "tan
     return make_backbone(kind, input_dim, hidden_dim)  # e.g. mamba blocks: their own SiLU
 
 
-class TypeActor(nn.Module):
-    """Actor shared by the ``n_agents`` agents of one type (agent index one-hot as input)."""
+#: a backbone's recurrent state: a tuple of tensors, each with the rows first
+State = tuple[Tensor, ...]
+
+
+class ActorCore(nn.Module):
+    """The computations of one agent type's actor, written once, for S runs at once: every
+    input and output has a leading run axis ``S`` (``obs [S, E, n_k, D]``, state tuples of
+    ``[S, E * n_k, ...]``). :class:`TypeActor` is one run, S = 1 (its own plain modules; its
+    methods take and return no run axis), and
+    :class:`marl.models.seed_policies.SeedTypeActor` is S runs' stacked modules. A subclass
+    gives the backbone and head calls (the hooks ``_backbone_step``, ``_backbone_run``,
+    ``_backbone_run_one``, ``_head``, ``_initial_state``) and its interface's shapes
+    (``_step_logits``, ``act``, ``chunks``: with a run axis or without); the rest is here.
+    """
+
+    num_seeds: int
+    obs_dim: int
+    n_agents: int
+    n_actions: int
+    agent_onehot: Tensor
+    #: the burn-in runs each run's units grouped by length, one backbone call per run and
+    #: length (``_backbone_run_one``); else one call of every run's units per length
+    per_run_burn_in: bool
+
+    # -- hooks -------------------------------------------------------------------------------
+    def _backbone_step(self, x: Tensor, state: State, reset: Tensor | None) -> tuple[Tensor, State]:
+        """One step: ``x [S, R, D]``, ``reset [S, R]`` -> (``y [S, R, H]``, new state)."""
+        raise NotImplementedError
+
+    def _backbone_run(
+        self, x: Tensor, state: State | None, resets: Tensor | None
+    ) -> tuple[Tensor, State]:
+        """Sequences: ``x [S, R, L, D]``, ``resets [S, R, L]`` -> (``y [S, R, L, H]``, state)."""
+        raise NotImplementedError
+
+    def _backbone_run_one(
+        self, k: int, x: Tensor, state: State, resets: Tensor | None
+    ) -> tuple[Tensor, State]:
+        """Run k's backbone alone: ``x [R, L, D]``, state of ``[R, ...]``, ``resets [R, L]``."""
+        raise NotImplementedError
+
+    def _head(self, y: Tensor) -> Tensor:
+        """Backbone outputs ``[S, ..., H]`` -> logits ``[S, ..., A]``."""
+        raise NotImplementedError
+
+    def _initial_state(self, rows: int) -> State:
+        """The zero state of ``rows`` rows of every run: a tuple of ``[S, rows, ...]``."""
+        raise NotImplementedError
+
+    # -- the computations -------------------------------------------------------------------
+    def inputs(self, obs: Tensor) -> Tensor:
+        """Backbone inputs: ``obs[..., n_k, D]`` -> ``[..., n_k, D + n_k]`` (agent one-hot
+        appended)."""
+        onehot = self.agent_onehot.to(obs.dtype).expand(*obs.shape[:-1], self.n_agents)
+        return torch.cat([obs, onehot], dim=-1)
+
+    def step(
+        self, obs: Tensor, mask: Tensor, state: State, reset: Tensor | None
+    ) -> tuple[MaskedCategorical, State]:
+        """One step (the subclass's ``_step_logits``). One run: obs ``[E, n_k, D]``, mask ``[E,
+        n_k, A]``, reset ``[E]`` -> dist over ``[E, n_k]``; S runs: a leading ``S`` on each."""
+        logits, state = self._step_logits(obs, state, reset)
+        return MaskedCategorical(logits, mask), state
+
+    def sequence(
+        self,
+        obs: Tensor,
+        mask: Tensor,
+        state: State | None,
+        resets: Tensor | None,
+        *,
+        burn_in: Tensor | None = None,
+        tbptt_chunk: int | None = None,
+    ) -> MaskedCategorical:
+        """Windows (the subclass's ``chunks``). One run: obs ``[B, P + L, n_k, D]``, mask
+        ``[B, L, n_k, A]``, resets ``[B, P + L]``, state for ``B * n_k`` rows (env-major)
+        before step 0 of each unit's input, burn_in ``[B]`` -> dist over the last ``L`` steps
+        ``[B, L, n_k]``; S runs: a leading ``S`` on each. ``P = obs.shape[-4] -
+        mask.shape[-3]`` prefix steps carry the burn-in, ``tbptt_chunk``: truncated
+        backpropagation (:meth:`run_chunks`)."""
+        length = mask.shape[-3]
+        parts = list(self.chunks(obs, state, resets, length, burn_in, tbptt_chunk))
+        logits = parts[0][1] if len(parts) == 1 else torch.cat([lg for _, lg in parts], dim=-3)
+        return MaskedCategorical(logits, mask)
+
+    def run_step_logits(
+        self, obs: Tensor, state: State, reset: Tensor | None
+    ) -> tuple[Tensor, State]:
+        """obs ``[S, E, n_k, D]``, reset ``[S, E]`` -> (logits ``[S, E, n_k, A]``, new
+        state): one backbone step."""
+        S, E, n = obs.shape[0], obs.shape[1], self.n_agents
+        x = self.inputs(obs).reshape(S, E * n, -1)
+        r = None if reset is None else reset.repeat_interleave(n, dim=1)
+        y, state = self._backbone_step(x, state, r)
+        return self._head(y).reshape(S, E, n, self.n_actions), state
+
+    def run_act(
+        self,
+        obs: Tensor,
+        mask: Tensor,
+        state: State,
+        reset: Tensor | None,
+        *,
+        deterministic: bool,
+        noise: Callable[[tuple[int, ...], torch.device], Tensor] | None,
+    ) -> tuple[Tensor, Tensor, State]:
+        """Rollout step without autograd: the same actions, log-probs and state as a step's
+        distribution followed by ``sample`` / ``mode`` and ``log_prob`` (the same operations
+        on the same values), in fewer operations (the masking in place, no distribution
+        object). obs ``[S, E, n_k, D]``, mask ``[S, E, n_k, A]`` bool, reset ``[S, E]`` ->
+        (actions ``[S, E, n_k]`` long, log-probs, new state); ``noise(shape, device)``: the
+        negated Gumbel noise of the sample, drawn after the forward pass."""
+        logits, state = self.run_step_logits(obs, state, reset)
+        _check_mask(mask, logits)
+        # masked in place (the logits are this call's own), as MaskedCategorical does
+        log_probs = torch.log_softmax(logits.masked_fill_(~mask.bool(), MASK_LOGIT), dim=-1)
+        if deterministic:
+            a = log_probs.argmax(dim=-1)
+        else:
+            if noise is None:
+                raise ValueError("sampling needs noise: neg_gumbel, or a source of it")
+            a = gumbel_max(log_probs, None, noise(tuple(log_probs.shape), log_probs.device))
+        return a, log_probs.gather(-1, a.unsqueeze(-1)).squeeze(-1), state
+
+    def run_chunks(
+        self,
+        obs: Tensor,
+        state: State | None,
+        resets: Tensor | None,
+        length: int,
+        burn_in: Tensor | None = None,
+        tbptt_chunk: int | None = None,
+    ) -> Iterator[tuple[slice, Tensor]]:
+        """The logits of the last ``length`` steps of each unit, chunk by chunk.
+
+        Args:
+            obs: ``[S, B, P + length, n_k, D]``; the first ``P`` steps are the burn-in
+                prefix.
+            state: backbone state for the ``B * n_k`` rows (unit-major, agent-minor) of each
+                run before the first burn-in step of each unit (None: zeros).
+            resets: ``[S, B, P + length]`` bool, an episode starts at that step (None: none).
+            length: ``L``, the steps that get logits (the loss window).
+            burn_in: ``[S, B]`` long, how many of the ``P`` prefix steps (the last ones) unit
+                b runs before its loss window (None: all ``P``); the earlier prefix steps are
+                padding and never read. The burn-in runs without autograd (R2D2): it only
+                brings the stored state up to date with the current parameters.
+            tbptt_chunk: ``k``: the loss window runs in chunks of ``k`` steps (the last one
+                shorter) and the recurrent state passed between chunks is detached, so the
+                gradient does not flow across chunk boundaries (truncated BPTT). None: one
+                chunk. For gru this is ``h.detach()`` every ``k`` steps; for mamba/mamba2 the
+                block's ``(conv_state, ssm_state)`` between chunk forwards, the same rule.
+
+        Yields:
+            ``(steps, logits)``: the slice of the ``length`` loss steps and their unmasked
+            logits ``[S, B, len(steps), n_k, A]``. The next chunk is computed when asked for,
+            so a caller may run the backward of each chunk before the next (activations of
+            one chunk at a time).
+        """
+        S, B, total = obs.shape[:3]
+        n, prefix = self.n_agents, total - length
+        if prefix < 0:
+            raise ValueError(f"obs has {total} steps, fewer than the {length} requested")
+        x = self.inputs(obs).permute(0, 1, 3, 2, 4).reshape(S, B * n, total, -1)
+        r = None if resets is None else resets.repeat_interleave(n, dim=1)
+        if not self.is_recurrent:
+            y, _ = self._backbone_run(x[:, :, prefix:], None, None)
+            yield slice(0, length), self._logits(y, B)
+            return
+        if state is None:
+            state = self._initial_state(B * n)
+        state = self._burn_in(x, r, tuple(state), prefix, burn_in)
+        k = length if tbptt_chunk is None else int(tbptt_chunk)
+        if k < 1:
+            raise ValueError(f"tbptt_chunk must be an int >= 1 or None, got {tbptt_chunk!r}")
+        for start in range(0, length, k):
+            stop = min(start + k, length)
+            if start > 0:
+                state = tuple(s.detach() for s in state)
+            cut = slice(prefix + start, prefix + stop)
+            y, state = self._backbone_run(x[:, :, cut], state, None if r is None else r[:, :, cut])
+            yield slice(start, stop), self._logits(y, B)
+
+    def _logits(self, y: Tensor, B: int) -> Tensor:
+        """Backbone outputs ``[S, B * n_k, L, H]`` -> logits ``[S, B, L, n_k, A]``."""
+        S, L = y.shape[0], y.shape[2]
+        logits = self._head(y).reshape(S, B, self.n_agents, L, self.n_actions)
+        return logits.permute(0, 1, 3, 2, 4)
+
+    def _burn_in(
+        self,
+        x: Tensor,
+        resets: Tensor | None,
+        state: State,
+        prefix: int,
+        burn_in: Tensor | None,
+    ) -> State:
+        """The state at the loss window's start, without autograd. x ``[S, B * n_k, P + L,
+        D]``, resets ``[S, B * n_k, P + L]``; unit b of run k runs its last ``burn_in[k, b]``
+        prefix steps from its stored state.
+
+        Per run (``per_run_burn_in``: one run, or runs whose backbones run one after another)
+        each run's units are grouped by length, one backbone call per group (a few distinct
+        lengths: the first windows of a rollout have shorter ones). Otherwise, for each length
+        v that some run asks for, the last v prefix steps of *every* unit of every run, and
+        the units whose length is v kept: the shapes of run k's calls then do not depend on
+        the other runs' rows (so the result is independent of S bit for bit; the per-run
+        grouping runs a group's rows only, and a GEMM's bits may depend on its row count:
+        float32 rounding)."""
+        if prefix == 0:
+            return state
+        S, rows = x.shape[:2]
+        n = self.n_agents
+        with torch.no_grad():
+            if burn_in is None:  # every unit: the whole prefix
+                cut = slice(0, prefix)
+                _, out = self._backbone_run(
+                    x[:, :, cut], state, None if resets is None else resets[:, :, cut]
+                )
+                return tuple(s.detach() for s in out)
+            lengths = [int(v) for v in torch.unique(burn_in).tolist()]
+            if min(lengths) < 0 or max(lengths) > prefix:
+                raise ValueError(f"burn_in values must be in [0, {prefix}], got {lengths}")
+            if self.per_run_burn_in:
+                return self._burn_in_per_run(x, resets, state, prefix, burn_in)
+            row_length = burn_in.repeat_interleave(n, dim=1)  # [S, B * n]
+            new_state = list(state)
+            for v in lengths:
+                if v == 0:
+                    continue
+                cut = slice(prefix - v, prefix)
+                _, out = self._backbone_run(
+                    x[:, :, cut], state, None if resets is None else resets[:, :, cut]
+                )
+                keep = row_length == v
+                for i, s in enumerate(out):
+                    where = keep.view(S, rows, *([1] * (s.dim() - 2)))
+                    new_state[i] = torch.where(where, s.to(new_state[i].dtype), new_state[i])
+        return tuple(s.detach() for s in new_state)
+
+    def _burn_in_per_run(
+        self, x: Tensor, resets: Tensor | None, state: State, prefix: int, burn_in: Tensor
+    ) -> State:
+        """:meth:`_burn_in` run by run: each run's units grouped by length, one call of run
+        k's backbone per group."""
+        n = self.n_agents
+        per_run = []
+        for k in range(x.shape[0]):
+            new_state = [s[k] for s in state]
+            for v in [int(v) for v in torch.unique(burn_in[k]).tolist()]:
+                if v == 0:
+                    continue
+                units = torch.nonzero(burn_in[k] == v).flatten()
+                rows = (units[:, None] * n + torch.arange(n, device=units.device)).reshape(-1)
+                cut = slice(prefix - v, prefix)
+                _, out = self._backbone_run_one(
+                    k,
+                    x[k, rows, cut],
+                    tuple(s[k].index_select(0, rows) for s in state),
+                    None if resets is None else resets[k, rows, cut],
+                )
+                for i, s in enumerate(out):
+                    new_state[i] = new_state[i].index_copy(0, rows, s.to(new_state[i].dtype))
+            per_run.append(new_state)
+        return tuple(torch.stack(parts).detach() for parts in zip(*per_run, strict=True))
+
+    def run_logits_from_inputs(self, inputs: Tensor) -> Tensor:
+        """Feed-forward backbones only: prepared :meth:`inputs` ``[S, ..., n_k, D + n_k]`` ->
+        logits ``[S, ..., n_k, A]`` (no state, no resets)."""
+        if self.is_recurrent:
+            raise ValueError("sequence_from_inputs is for feed-forward backbones; use sequence")
+        S, lead = inputs.shape[0], inputs.shape[:-1]
+        y, _ = self._backbone_run(inputs.reshape(S, 1, -1, inputs.shape[-1]), None, None)
+        return self._head(y).reshape(*lead, self.n_actions)
+
+
+class TypeActor(ActorCore):
+    """Actor shared by the ``n_agents`` agents of one type (agent index one-hot as input).
+
+    One run's actor: :class:`ActorCore`'s computations with S = 1 around the run's own
+    modules (its backbone and head on run 0's slice: the operations, and bits, of a plain
+    module call), its methods taking and returning no run axis.
+    """
+
+    num_seeds = 1
+    per_run_burn_in = True
 
     def __init__(
         self,
@@ -204,207 +493,117 @@ class TypeActor(nn.Module):
     def is_recurrent(self) -> bool:
         return bool(self.backbone.is_recurrent)
 
-    def initial_state(self, num_envs: int) -> tuple[Tensor, ...]:
+    def initial_state(self, num_envs: int) -> State:
         """State for ``num_envs * n_agents`` rows (env-major, agent-minor)."""
         return tuple(self.backbone.initial_state(num_envs * self.n_agents))
 
-    def inputs(self, obs: Tensor) -> Tensor:
-        """Backbone inputs: ``obs[..., n_k, D]`` -> ``[..., n_k, D + n_k]`` (agent one-hot
-        appended)."""
-        onehot = self.agent_onehot.to(obs.dtype).expand(*obs.shape[:-1], self.n_agents)
-        return torch.cat([obs, onehot], dim=-1)
+    # -- the hooks: this run's modules on run 0's slice ----------------------------------------
+    def _backbone_step(self, x: Tensor, state: State, reset: Tensor | None) -> tuple[Tensor, State]:
+        y, state = self.backbone.step(x[0], _one(state), None if reset is None else reset[0])
+        return y.unsqueeze(0), _run_axis(state)
 
-    def step(
-        self, obs: Tensor, mask: Tensor, state: tuple[Tensor, ...], reset: Tensor | None
-    ) -> tuple[MaskedCategorical, tuple[Tensor, ...]]:
-        """One step.
+    def _backbone_run(
+        self, x: Tensor, state: State | None, resets: Tensor | None
+    ) -> tuple[Tensor, State]:
+        y, state = self.backbone(
+            x[0], None if state is None else _one(state), None if resets is None else resets[0]
+        )
+        return y.unsqueeze(0), _run_axis(state)
 
-        obs ``[E, n_k, D]``, mask ``[E, n_k, A]``, reset ``[E]`` -> dist over ``[E, n_k]``.
-        """
-        logits, state = self._step_logits(obs, state, reset)
-        return MaskedCategorical(logits, mask), state
+    def _backbone_run_one(
+        self, k: int, x: Tensor, state: State, resets: Tensor | None
+    ) -> tuple[Tensor, State]:
+        return self.backbone(x, state, resets)
 
-    def _step_logits(
-        self, obs: Tensor, state: tuple[Tensor, ...], reset: Tensor | None
-    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+    def _head(self, y: Tensor) -> Tensor:
+        return self.head(y[0]).unsqueeze(0)
+
+    def _initial_state(self, rows: int) -> State:
+        return _run_axis(tuple(self.backbone.initial_state(rows)))
+
+    # -- one run's interface --------------------------------------------------------------------
+    def _step_logits(self, obs: Tensor, state: State, reset: Tensor | None) -> tuple[Tensor, State]:
         """obs ``[E, n_k, D]`` -> (logits ``[E, n_k, A]``, new state): one backbone step."""
-        E = obs.shape[0]
-        x = self.inputs(obs).reshape(E * self.n_agents, -1)
-        r = None if reset is None else reset.repeat_interleave(self.n_agents)
-        y, state = self.backbone.step(x, state, r)
-        return self.head(y).reshape(E, self.n_agents, self.n_actions), state
+        logits, state = self.run_step_logits(
+            obs.unsqueeze(0), _run_axis(state), None if reset is None else reset.unsqueeze(0)
+        )
+        return logits[0], _one(state)
 
     @torch.no_grad()
     def act(
         self,
         obs: Tensor,
         mask: Tensor,
-        state: tuple[Tensor, ...],
+        state: State,
         reset: Tensor | None,
         *,
         deterministic: bool = False,
         generator: torch.Generator | None = None,
         neg_gumbel: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
-        """Rollout step without autograd: the same actions, log-probs and state as :meth:`step`
-        followed by ``sample`` / ``mode`` and ``log_prob`` (the same operations on the same
-        values), in fewer operations (the masking in place, no distribution object).
+    ) -> tuple[Tensor, Tensor, State]:
+        """Rollout step without autograd (:meth:`ActorCore.run_act`).
 
         obs ``[E, n_k, D]``, mask ``[E, n_k, A]`` bool, reset ``[E]`` -> (actions ``[E, n_k]``
         long, log-probs ``[E, n_k]``, new state). ``neg_gumbel`` ``[E, n_k, A]``: the sampling
         noise, drawn in advance (:func:`neg_gumbel_noise`); None: drawn here from
         ``generator``.
         """
-        logits, state = self._step_logits(obs, state, reset)
-        _check_mask(mask, logits)
-        # masked in place (the logits are this call's own), as MaskedCategorical does
-        log_probs = torch.log_softmax(logits.masked_fill_(~mask.bool(), MASK_LOGIT), dim=-1)
-        if deterministic:
-            a = log_probs.argmax(dim=-1)
-        else:
-            a = gumbel_max(log_probs, generator, neg_gumbel)
-        return a, log_probs.gather(-1, a.unsqueeze(-1)).squeeze(-1), state
 
-    def sequence(
-        self,
-        obs: Tensor,
-        mask: Tensor,
-        state: tuple[Tensor, ...] | None,
-        resets: Tensor | None,
-        *,
-        burn_in: Tensor | None = None,
-        tbptt_chunk: int | None = None,
-    ) -> MaskedCategorical:
-        """Windows. obs ``[B, P + L, n_k, D]``, mask ``[B, L, n_k, A]``, resets
-        ``[B, P + L]``, state for ``B * n_k`` rows (env-major) before step 0 of each unit's
-        input -> dist over the last ``L`` steps ``[B, L, n_k]``.
+        def noise(shape: tuple[int, ...], device: torch.device) -> Tensor:
+            if neg_gumbel is not None:
+                return neg_gumbel.unsqueeze(0)
+            return neg_gumbel_noise(shape[1:], generator, device).unsqueeze(0)
 
-        ``P = obs.shape[1] - mask.shape[1]`` prefix steps carry the burn-in (see
-        :meth:`chunks`); ``tbptt_chunk``: truncated backpropagation (see :meth:`chunks`).
-        """
-        parts = list(self.chunks(obs, state, resets, mask.shape[1], burn_in, tbptt_chunk))
-        logits = parts[0][1] if len(parts) == 1 else torch.cat([lg for _, lg in parts], dim=1)
-        return MaskedCategorical(logits, mask)
+        actions, logps, state = self.run_act(
+            obs.unsqueeze(0),
+            mask.unsqueeze(0),
+            _run_axis(state),
+            None if reset is None else reset.unsqueeze(0),
+            deterministic=deterministic,
+            noise=noise,
+        )
+        return actions[0], logps[0], _one(state)
 
     def chunks(
         self,
         obs: Tensor,
-        state: tuple[Tensor, ...] | None,
+        state: State | None,
         resets: Tensor | None,
         length: int,
         burn_in: Tensor | None = None,
         tbptt_chunk: int | None = None,
     ) -> Iterator[tuple[slice, Tensor]]:
-        """The logits of the last ``length`` steps of each unit, chunk by chunk.
-
-        Args:
-            obs: ``[B, P + length, n_k, D]``; the first ``P`` steps are the burn-in prefix.
-            state: backbone state for the ``B * n_k`` rows (unit-major, agent-minor) before
-                the first burn-in step of each unit (None: zeros).
-            resets: ``[B, P + length]`` bool, an episode starts at that step (None: none).
-            length: ``L``, the steps that get logits (the loss window).
-            burn_in: ``[B]`` long, how many of the ``P`` prefix steps (the last ones) unit b
-                runs before its loss window (None: all ``P``); the earlier prefix steps are
-                padding and never read. The burn-in runs without autograd (R2D2): it only
-                brings the stored state up to date with the current parameters.
-            tbptt_chunk: ``k``: the loss window runs in chunks of ``k`` steps (the last one
-                shorter) and the recurrent state passed between chunks is detached, so the
-                gradient does not flow across chunk boundaries (truncated BPTT). None: one
-                chunk. For gru this is ``h.detach()`` every ``k`` steps; for mamba/mamba2 the
-                block's ``(conv_state, ssm_state)`` between chunk forwards, the same rule.
-
-        Yields:
-            ``(steps, logits)``: the slice of the ``length`` loss steps and their unmasked
-            logits ``[B, len(steps), n_k, A]``. The next chunk is computed when asked for, so
-            a caller may run the backward of each chunk before the next (activations of one
-            chunk at a time).
-        """
-        B, total = obs.shape[:2]
-        n, prefix = self.n_agents, total - length
-        if prefix < 0:
-            raise ValueError(f"obs has {total} steps, fewer than the {length} requested")
-        x = self.inputs(obs).permute(0, 2, 1, 3).reshape(B * n, total, -1)
-        r = None if resets is None else resets.repeat_interleave(n, dim=0)
-        if not self.is_recurrent:
-            y, _ = self.backbone(x[:, prefix:], None, None)
-            yield slice(0, length), self._logits(y, B)
-            return
-        if state is None:
-            state = self.initial_state(B)
-        state = self._burn_in(x, r, state, prefix, burn_in)
-        k = length if tbptt_chunk is None else int(tbptt_chunk)
-        if k < 1:
-            raise ValueError(f"tbptt_chunk must be an int >= 1 or None, got {tbptt_chunk!r}")
-        for start in range(0, length, k):
-            stop = min(start + k, length)
-            if start > 0:
-                state = tuple(s.detach() for s in state)
-            cut = slice(prefix + start, prefix + stop)
-            y, state = self.backbone(x[:, cut], state, None if r is None else r[:, cut])
-            yield slice(start, stop), self._logits(y, B)
-
-    def _logits(self, y: Tensor, B: int) -> Tensor:
-        """Backbone outputs ``[B * n_k, L, H]`` -> logits ``[B, L, n_k, A]``."""
-        L = y.shape[1]
-        return self.head(y).reshape(B, self.n_agents, L, self.n_actions).permute(0, 2, 1, 3)
-
-    def _burn_in(
-        self,
-        x: Tensor,
-        resets: Tensor | None,
-        state: tuple[Tensor, ...],
-        prefix: int,
-        burn_in: Tensor | None,
-    ) -> tuple[Tensor, ...]:
-        """The state at the loss window's start: each unit's last ``burn_in[b]`` prefix steps
-        run from its stored state, without autograd. Units are grouped by burn-in length
-        (a few distinct lengths: the first windows of a rollout have shorter ones), one
-        backbone call per group. x ``[B * n_k, P + L, D]``, resets ``[B * n_k, P + L]``."""
-        if prefix == 0:
-            return tuple(state)
-        n = self.n_agents
-        if burn_in is None:
-            lengths = [prefix]
-            groups = [None]
-        else:
-            if burn_in.shape != (x.shape[0] // n,):
-                raise ValueError(
-                    f"burn_in must have shape [B={x.shape[0] // n}], got {tuple(burn_in.shape)}"
-                )
-            lengths = [int(v) for v in torch.unique(burn_in).tolist()]
-            if min(lengths) < 0 or max(lengths) > prefix:
-                raise ValueError(f"burn_in values must be in [0, {prefix}], got {lengths}")
-            groups = [torch.nonzero(burn_in == v).flatten() for v in lengths]
-        new_state = list(state)
-        with torch.no_grad():
-            for v, units in zip(lengths, groups, strict=True):
-                if v == 0:
-                    continue
-                cut = slice(prefix - v, prefix)
-                if units is None:  # every unit: the whole prefix
-                    _, out = self.backbone(
-                        x[:, cut], tuple(state), None if resets is None else resets[:, cut]
-                    )
-                    return tuple(s.detach() for s in out)
-                rows = (units[:, None] * n + torch.arange(n, device=units.device)).reshape(-1)
-                _, out = self.backbone(
-                    x[rows, cut],
-                    tuple(s.index_select(0, rows) for s in state),
-                    None if resets is None else resets[rows, cut],
-                )
-                for i, s in enumerate(out):
-                    new_state[i] = new_state[i].index_copy(0, rows, s.to(new_state[i].dtype))
-        return tuple(s.detach() for s in new_state)
+        """:meth:`ActorCore.run_chunks` of this run: obs ``[B, P + length, n_k, D]``, state
+        for its ``B * n_k`` rows, resets ``[B, P + length]``, burn_in ``[B]`` -> ``(steps,
+        logits [B, len(steps), n_k, A])`` chunk by chunk."""
+        if burn_in is not None and burn_in.shape != (obs.shape[0],):
+            raise ValueError(
+                f"burn_in must have shape [B={obs.shape[0]}], got {tuple(burn_in.shape)}"
+            )
+        for steps, logits in self.run_chunks(
+            obs.unsqueeze(0),
+            None if state is None else _run_axis(state),
+            None if resets is None else resets.unsqueeze(0),
+            length,
+            None if burn_in is None else burn_in.unsqueeze(0),
+            tbptt_chunk,
+        ):
+            yield steps, logits[0]
 
     def sequence_from_inputs(self, inputs: Tensor, mask: Tensor) -> MaskedCategorical:
         """Feed-forward backbones only: prepared :meth:`inputs` ``[..., n_k, D + n_k]`` and
         mask ``[..., n_k, A]`` -> dist over ``[..., n_k]`` (no state, no resets)."""
-        if self.is_recurrent:
-            raise ValueError("sequence_from_inputs is for feed-forward backbones; use sequence")
-        lead = inputs.shape[:-1]
-        y, _ = self.backbone(inputs.reshape(1, -1, inputs.shape[-1]), None, None)
-        logits = self.head(y).reshape(*lead, self.n_actions)
-        return MaskedCategorical(logits, mask)
+        return MaskedCategorical(self.run_logits_from_inputs(inputs.unsqueeze(0))[0], mask)
+
+
+def _run_axis(state: State) -> State:
+    """One run's state with a leading run axis of 1 (views)."""
+    return tuple(s.unsqueeze(0) for s in state)
+
+
+def _one(state: State) -> State:
+    """Run 0's state of a stack (views)."""
+    return tuple(s[0] for s in state)
 
 
 class MultiAgentPolicy(nn.Module):

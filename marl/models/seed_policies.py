@@ -4,7 +4,9 @@ Issue 37 trains S seeds in one process by stacking them: every parameter of the 
 is ``[S, ...]`` (seed k's slice is exactly seed k's single-seed parameter) and every input and
 output gains a leading seed axis. They are built from the modules the single-seed code builds
 (:func:`build_seed_policies` mirrors the trainer's seeding), and :meth:`unstack` gives those
-modules back.
+modules back. An actor's computations are written once, in
+:class:`marl.models.policies.ActorCore`: :class:`SeedTypeActor` is that core on stacked
+modules, ``TypeActor`` the same core on one run's own modules (S = 1).
 
 =============================== =========================================================
 :class:`SeedTypeActor`          S :class:`marl.models.policies.TypeActor` of one agent type
@@ -62,13 +64,12 @@ from torch import Tensor, nn
 
 from marl.core.seed_batched import SeedLinear, SeedMLP
 from marl.models.policies import (
-    MASK_LOGIT,
+    ActorCore,
     AgentLayout,
     CentralCritic,
     MaskedCategorical,
     MultiAgentPolicy,
     TypeActor,
-    gumbel_max,
     neg_gumbel_noise,
 )
 from marl.models.seed_backbones import (
@@ -81,7 +82,6 @@ from marl.models.seed_backbones import (
     _apply,
     _check_seed_tensor,
     _same_type,
-    _stack_states,
     stack_backbones,
 )
 
@@ -122,9 +122,10 @@ def seed_neg_gumbel_noise(
     return torch.stack([neg_gumbel_noise(tuple(shape), g, device) for g in generators])
 
 
-class SeedTypeActor(nn.Module):
-    """S :class:`marl.models.policies.TypeActor` of one agent type, stacked; the same methods with a
-    leading seed axis on every input and output (module docstring)."""
+class SeedTypeActor(ActorCore):
+    """S :class:`marl.models.policies.TypeActor` of one agent type, stacked: the computations of
+    :class:`~marl.models.policies.ActorCore` on stacked modules, the same methods as
+    ``TypeActor`` with a leading seed axis on every input and output (module docstring)."""
 
     def __init__(self, actors: Sequence[TypeActor]) -> None:
         super().__init__()
@@ -143,6 +144,8 @@ class SeedTypeActor(nn.Module):
         self.head = SeedLinear.from_modules([a.head for a in actors])
         self.register_buffer("agent_onehot", torch.eye(self.n_agents), persistent=False)
         self._template: tuple[TypeActor] = (copy.deepcopy(first),)
+        #: the unbatched backbone burns in each seed's units as its own actor does
+        self.per_run_burn_in = isinstance(self.backbone, SeedLoopBackbone)
 
     @property
     def is_recurrent(self) -> bool:
@@ -172,36 +175,39 @@ class SeedTypeActor(nn.Module):
             actors.append(actor)
         return actors
 
+    # -- the hooks: the stacked modules ----------------------------------------------------------
+
+    def _backbone_step(self, x: Tensor, state: State, reset: Tensor | None) -> tuple[Tensor, State]:
+        return self.backbone.step(x, state, reset)
+
+    def _backbone_run(
+        self, x: Tensor, state: State | None, resets: Tensor | None
+    ) -> tuple[Tensor, State]:
+        return self.backbone(x, state, resets)
+
+    def _backbone_run_one(
+        self, k: int, x: Tensor, state: State, resets: Tensor | None
+    ) -> tuple[Tensor, State]:
+        return self.backbone.forward_seed(k, x, state, resets)  # type: ignore[operator]
+
+    def _head(self, y: Tensor) -> Tensor:
+        return _apply(self.head, y)
+
+    def _initial_state(self, rows: int) -> State:
+        return tuple(self.backbone.initial_state(rows))
+
     # -- rollout -----------------------------------------------------------------------------
 
     def initial_state(self, num_envs: int) -> State:
         """State for ``num_envs * n_agents`` rows per seed: tuple of ``[S, E * n, ...]``."""
-        return tuple(self.backbone.initial_state(num_envs * self.n_agents))
-
-    def inputs(self, obs: Tensor) -> Tensor:
-        """``obs [S, ..., n, D]`` -> ``[S, ..., n, D + n]`` (agent one-hot appended)."""
-        onehot = self.agent_onehot.to(obs.dtype).expand(*obs.shape[:-1], self.n_agents)
-        return torch.cat([obs, onehot], dim=-1)
+        return self._initial_state(num_envs * self.n_agents)
 
     def _step_logits(self, obs: Tensor, state: State, reset: Tensor | None) -> tuple[Tensor, State]:
         """obs ``[S, E, n, D]``, reset ``[S, E]`` -> (logits ``[S, E, n, A]``, new state)."""
-        S, n = self.num_seeds, self.n_agents
-        obs = _check_seed_tensor(obs, [S, None, n, self.obs_dim], "obs")
-        E = obs.shape[1]
-        x = self.inputs(obs).reshape(S, E * n, -1)
-        r = None
+        obs = _check_seed_tensor(obs, [self.num_seeds, None, self.n_agents, self.obs_dim], "obs")
         if reset is not None:
-            r = _check_seed_tensor(reset, [S, E], "reset").repeat_interleave(n, dim=1)
-        y, state = self.backbone.step(x, state, r)
-        return _apply(self.head, y).reshape(S, E, n, self.n_actions), state
-
-    def step(
-        self, obs: Tensor, mask: Tensor, state: State, reset: Tensor | None
-    ) -> tuple[MaskedCategorical, State]:
-        """One step: obs ``[S, E, n, D]``, mask ``[S, E, n, A]``, reset ``[S, E]`` -> dist over
-        ``[S, E, n]`` and the new state."""
-        logits, state = self._step_logits(obs, state, reset)
-        return MaskedCategorical(logits, mask), state
+            reset = _check_seed_tensor(reset, [self.num_seeds, obs.shape[1]], "reset")
+        return self.run_step_logits(obs, state, reset)
 
     @torch.no_grad()
     def act(
@@ -223,21 +229,23 @@ class SeedTypeActor(nn.Module):
         drawn here from ``generators`` (one ``torch.Generator`` per seed); one of them is
         needed unless ``deterministic``.
         """
-        logits, state = self._step_logits(obs, state, reset)
-        if mask.shape != logits.shape:
-            raise ValueError(
-                f"mask shape {tuple(mask.shape)} != logits shape {tuple(logits.shape)}"
-            )
-        log_probs = torch.log_softmax(logits.masked_fill_(~mask.bool(), MASK_LOGIT), dim=-1)
-        if deterministic:
-            actions = log_probs.argmax(dim=-1)
-        else:
-            if neg_gumbel is None:
-                neg_gumbel = self._noise(log_probs, generators)
-            actions = gumbel_max(log_probs, None, neg_gumbel)
-        return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1), state
+        obs = _check_seed_tensor(obs, [self.num_seeds, None, self.n_agents, self.obs_dim], "obs")
+        if reset is not None:
+            reset = _check_seed_tensor(reset, [self.num_seeds, obs.shape[1]], "reset")
 
-    def _noise(self, log_probs: Tensor, generators: Sequence[torch.Generator] | None) -> Tensor:
+        def noise(shape: tuple[int, ...], device: torch.device) -> Tensor:
+            if neg_gumbel is not None:
+                return neg_gumbel
+            return self._noise(shape, device, generators)
+
+        return self.run_act(obs, mask, state, reset, deterministic=deterministic, noise=noise)
+
+    def _noise(
+        self,
+        shape: tuple[int, ...],
+        device: torch.device,
+        generators: Sequence[torch.Generator] | None,
+    ) -> Tensor:
         if generators is None:
             raise ValueError(
                 "sampling needs per-seed randomness: pass generators=[one torch.Generator per "
@@ -248,26 +256,9 @@ class SeedTypeActor(nn.Module):
             raise ValueError(
                 f"need one generator per seed ({self.num_seeds}), got {len(generators)}"
             )
-        return seed_neg_gumbel_noise(log_probs.shape[1:], generators, log_probs.device)
+        return seed_neg_gumbel_noise(shape[1:], generators, device)
 
     # -- training windows --------------------------------------------------------------------
-
-    def sequence(
-        self,
-        obs: Tensor,
-        mask: Tensor,
-        state: State | None,
-        resets: Tensor | None,
-        *,
-        burn_in: Tensor | None = None,
-        tbptt_chunk: int | None = None,
-    ) -> MaskedCategorical:
-        """Windows. obs ``[S, B, P + L, n, D]``, mask ``[S, B, L, n, A]``, resets
-        ``[S, B, P + L]``, state for ``B * n`` rows per seed before step 0, burn_in ``[S, B]``
-        -> dist over ``[S, B, L, n]`` (``TypeActor.sequence`` for every seed)."""
-        parts = list(self.chunks(obs, state, resets, mask.shape[2], burn_in, tbptt_chunk))
-        logits = parts[0][1] if len(parts) == 1 else torch.cat([lg for _, lg in parts], dim=2)
-        return MaskedCategorical(logits, mask)
 
     def chunks(
         self,
@@ -278,132 +269,24 @@ class SeedTypeActor(nn.Module):
         burn_in: Tensor | None = None,
         tbptt_chunk: int | None = None,
     ) -> Iterator[tuple[slice, Tensor]]:
-        """``TypeActor.chunks`` for every seed: obs ``[S, B, P + length, n, D]``, state for the
-        ``B * n`` rows of each seed (tuple of ``[S, B * n, ...]``, None: zeros), resets
-        ``[S, B, P + length]``, burn_in ``[S, B]`` (None: all ``P``) -> ``(steps, logits
-        [S, B, len(steps), n, A])`` chunk by chunk (truncated BPTT every ``tbptt_chunk``
-        steps, the state detached between chunks)."""
-        S, n = self.num_seeds, self.n_agents
-        obs = _check_seed_tensor(obs, [S, None, None, n, self.obs_dim], "obs")
+        """:meth:`~marl.models.policies.ActorCore.run_chunks` (``TypeActor.chunks`` for every
+        seed): obs ``[S, B, P + length, n, D]``, state for the ``B * n`` rows of each seed
+        (tuple of ``[S, B * n, ...]``, None: zeros), resets ``[S, B, P + length]``, burn_in
+        ``[S, B]`` (None: all ``P``) -> ``(steps, logits [S, B, len(steps), n, A])`` chunk by
+        chunk."""
+        S = self.num_seeds
+        obs = _check_seed_tensor(obs, [S, None, None, self.n_agents, self.obs_dim], "obs")
         B, total = obs.shape[1:3]
-        prefix = total - length
-        if prefix < 0:
-            raise ValueError(f"obs has {total} steps, fewer than the {length} requested")
-        x = self.inputs(obs).permute(0, 1, 3, 2, 4).reshape(S, B * n, total, -1)
-        r = None
         if resets is not None:
             resets = _check_seed_tensor(resets, [S, B, total], "resets")
-            r = resets.repeat_interleave(n, dim=1)
-        if not self.is_recurrent:
-            y, _ = self.backbone(x[:, :, prefix:], None, None)
-            yield slice(0, length), self._logits(y, B)
-            return
-        if state is None:
-            state = self.initial_state(B)
-        state = self._burn_in(x, r, tuple(state), prefix, burn_in)
-        k = length if tbptt_chunk is None else int(tbptt_chunk)
-        if k < 1:
-            raise ValueError(f"tbptt_chunk must be an int >= 1 or None, got {tbptt_chunk!r}")
-        for start in range(0, length, k):
-            stop = min(start + k, length)
-            if start > 0:
-                state = tuple(s.detach() for s in state)
-            cut = slice(prefix + start, prefix + stop)
-            y, state = self.backbone(x[:, :, cut], state, None if r is None else r[:, :, cut])
-            yield slice(start, stop), self._logits(y, B)
-
-    def _logits(self, y: Tensor, B: int) -> Tensor:
-        """Backbone outputs ``[S, B * n, L, H]`` -> logits ``[S, B, L, n, A]``."""
-        S, L = y.shape[0], y.shape[2]
-        logits = _apply(self.head, y).reshape(S, B, self.n_agents, L, self.n_actions)
-        return logits.permute(0, 1, 3, 2, 4)
-
-    def _burn_in(
-        self,
-        x: Tensor,
-        resets: Tensor | None,
-        state: State,
-        prefix: int,
-        burn_in: Tensor | None,
-    ) -> State:
-        """The state at the loss window's start, without autograd (``TypeActor._burn_in`` for
-        every seed). x ``[S, B * n, P + L, D]``, resets ``[S, B * n, P + L]``.
-
-        Unit b of seed k runs its last ``burn_in[k, b]`` prefix steps from its stored state.
-        The unbatched backbone runs each seed's groups of units as the single-seed actor does.
-        A batched backbone runs, for each length v that some seed asks for, the last v prefix
-        steps of *every* unit of every seed and keeps the units whose length is v: the shapes
-        of seed k's calls then do not depend on the other seeds' rows (so the result is
-        independent of S bit for bit; the single-seed actor runs a group's rows only, and a
-        GEMM's bits may depend on its row count: float32 rounding)."""
-        if prefix == 0:
-            return state
-        S, rows = self.num_seeds, x.shape[1]
-        n, B = self.n_agents, x.shape[1] // self.n_agents
-        with torch.no_grad():
-            if burn_in is None:  # every unit: the whole prefix
-                cut = slice(0, prefix)
-                _, out = self.backbone(
-                    x[:, :, cut], state, None if resets is None else resets[:, :, cut]
-                )
-                return tuple(s.detach() for s in out)
+        if burn_in is not None:
             burn_in = _check_seed_tensor(burn_in, [S, B], "burn_in")
-            lengths = [int(v) for v in torch.unique(burn_in).tolist()]
-            if min(lengths) < 0 or max(lengths) > prefix:
-                raise ValueError(f"burn_in values must be in [0, {prefix}], got {lengths}")
-            if isinstance(self.backbone, SeedLoopBackbone):
-                return self._burn_in_per_seed(x, resets, state, prefix, burn_in)
-            row_length = burn_in.repeat_interleave(n, dim=1)  # [S, B * n]
-            new_state = list(state)
-            for v in lengths:
-                if v == 0:
-                    continue
-                cut = slice(prefix - v, prefix)
-                _, out = self.backbone(
-                    x[:, :, cut], state, None if resets is None else resets[:, :, cut]
-                )
-                keep = row_length == v
-                for i, s in enumerate(out):
-                    where = keep.view(S, rows, *([1] * (s.dim() - 2)))
-                    new_state[i] = torch.where(where, s.to(new_state[i].dtype), new_state[i])
-        return tuple(s.detach() for s in new_state)
-
-    def _burn_in_per_seed(
-        self, x: Tensor, resets: Tensor | None, state: State, prefix: int, burn_in: Tensor
-    ) -> State:
-        """:meth:`_burn_in` on the unbatched backbone: each seed's units grouped by length,
-        one call of seed k's backbone per group (``TypeActor._burn_in``'s calls exactly)."""
-        backbone: SeedLoopBackbone = self.backbone  # type: ignore[assignment]
-        n = self.n_agents
-        per_seed = []
-        for k in range(self.num_seeds):
-            new_state = [s[k] for s in state]
-            for v in [int(v) for v in torch.unique(burn_in[k]).tolist()]:
-                if v == 0:
-                    continue
-                units = torch.nonzero(burn_in[k] == v).flatten()
-                rows = (units[:, None] * n + torch.arange(n, device=units.device)).reshape(-1)
-                cut = slice(prefix - v, prefix)
-                _, out = backbone.forward_seed(
-                    k,
-                    x[k, rows, cut],
-                    tuple(s[k].index_select(0, rows) for s in state),
-                    None if resets is None else resets[k, rows, cut],
-                )
-                for i, s in enumerate(out):
-                    new_state[i] = new_state[i].index_copy(0, rows, s.to(new_state[i].dtype))
-            per_seed.append(tuple(new_state))
-        return tuple(s.detach() for s in _stack_states(per_seed))
+        return self.run_chunks(obs, state, resets, length, burn_in, tbptt_chunk)
 
     def sequence_from_inputs(self, inputs: Tensor, mask: Tensor) -> MaskedCategorical:
         """Feed-forward backbones only: prepared :meth:`inputs` ``[S, ..., n, D + n]`` and mask
         ``[S, ..., n, A]`` -> dist over ``[S, ..., n]``."""
-        if self.is_recurrent:
-            raise ValueError("sequence_from_inputs is for feed-forward backbones; use sequence")
-        S, lead = self.num_seeds, inputs.shape[:-1]
-        y, _ = self.backbone(inputs.reshape(S, 1, -1, inputs.shape[-1]), None, None)
-        logits = _apply(self.head, y).reshape(*lead, self.n_actions)
-        return MaskedCategorical(logits, mask)
+        return MaskedCategorical(self.run_logits_from_inputs(inputs), mask)
 
 
 class SeedMultiAgentPolicy(nn.Module):
