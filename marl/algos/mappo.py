@@ -672,21 +672,15 @@ class SeedMAPPO(SeedBatch):
     - the rollout: :class:`marl.rollout.collect.RolloutCollector` steps every run's envs and
       runs every run's actor and critic in one batched call per step (a plain run: its own
       actor and critic);
-    - the update (:meth:`update`)::
+    - the update (:meth:`update`, steps 2-5 of the module docstring): advantages per run
+      (``runs[k].advantages``, one run's code), then the policy epochs
+      (:class:`marl.algos.ppo.PolicyUpdate`: each run's loss, its gradients clipped by its
+      own norm, one Adam with a param group per run) and the value epochs
+      (:class:`marl.algos.value_update.ValueUpdate`), each run's permutations from its own
+      generator.
 
-          advantages, whitening and metrics      per run (runs[k].advantages: one run's code)
-          epochs of minibatches (per-run permutations, drawn from run k's generator):
-              loss per run [S]                    (ClipPPOObjective with a per-run count)
-              zero_grad; loss.sum().backward()    (run k's parameters get run k's gradient)
-              clip each run by its own norm       (never the stack's)
-              optimizer.step()                    (a stock Adam over per-run views: each
-                                                   run's step count and moments are its own)
-          value epochs: the same, on the stacked critic
-
-    The policy epochs are :class:`marl.algos.ppo.PolicyUpdate`'s and the value epochs
-    :class:`marl.algos.value_update.ValueUpdate`'s. Independence, equality and stopping:
-    :mod:`marl.algos.seeds`. Distributed training (torchrun) trains a plain run, a batch of
-    one; ``--seeds`` refuses it.
+    Independence, equality and stopping: :mod:`marl.algos.seeds`. Distributed training
+    (torchrun) trains a plain run, a batch of one; ``--seeds`` refuses it.
     """
 
     def __init__(

@@ -126,6 +126,7 @@ class OneRunPolicy:
     def initial_state(self, num_envs: int) -> dict[str, tuple[Tensor, ...]]:
         return _lead(self.policy.initial_state(num_envs))
 
+    @torch.no_grad()
     def act(
         self,
         obs: Mapping[str, Tensor],
@@ -133,22 +134,26 @@ class OneRunPolicy:
         state: Mapping[str, tuple[Tensor, ...]],
         reset: Tensor | None = None,
         *,
-        neg_gumbel: Mapping[str, Tensor] | None = None,
+        neg_gumbel: Mapping[str, Tensor],
     ) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, tuple[Tensor, ...]]]:
-        """:meth:`MultiAgentPolicy.act` on run 0's slice of every input (``[1, E, ...]``)."""
-
-        def one(d: Mapping[str, Any]) -> dict[str, Any]:
-            return {k: tuple(s[0] for s in v) if isinstance(v, tuple) else v[0]
-                    for k, v in d.items()}  # fmt: skip
-
-        actions, logps, new_state = self.policy.act(
-            one(obs),
-            one(mask),
-            one(state),
-            None if reset is None else reset[0],
-            neg_gumbel=None if neg_gumbel is None else one(neg_gumbel),
-        )
-        return _lead(actions), _lead(logps), _lead(new_state)
+        """:meth:`MultiAgentPolicy.act` with the run axis kept (``[1, E, ...]`` in and out):
+        each type's actor's computations for S runs
+        (:meth:`~marl.models.policies.ActorCore.run_act`, S = 1) with the noise
+        ``neg_gumbel`` per type ``[1, E, n_k, A_k]``; the same values as ``policy.act`` on
+        run 0's slice, without dropping and adding the axis on every call."""
+        if reset is not None and not bool(reset.any()):
+            reset = None  # as MultiAgentPolicy.act: the same result, fewer state copies
+        actions, logps, new_state = {}, {}, {}
+        for name, actor in self.policy.actors.items():
+            actions[name], logps[name], new_state[name] = actor.run_act(
+                obs[name],
+                mask[name],
+                state[name],
+                reset,
+                deterministic=False,
+                noise=lambda shape, device, noise=neg_gumbel[name]: noise,
+            )
+        return actions, logps, new_state
 
 
 def _lead(d: Mapping[str, Any]) -> dict[str, Any]:
