@@ -1,4 +1,4 @@
-"""Issue 37: S seeds of GRPO in one process (marl.algos.seed_grpo).
+"""Issue 37: S seeds of GRPO in one process (marl.algos.grpo.SeedGRPO).
 
 References, one torch thread: seed k in a batch equals the seed alone (``--seeds k``) bit for
 bit (parameters, reference policy, every metric), with the KL term and its reference refresh

@@ -1,4 +1,4 @@
-"""Issue 37: S seeds of MAPPO in one process (marl.algos.seed_mappo, marl.run.train_seeds).
+"""Issue 37: S seeds of MAPPO in one process (marl.algos.mappo.SeedMAPPO, marl.run.train_seeds).
 
 References, one torch thread:
 

@@ -523,8 +523,8 @@ def _mappo_plain_value_loss(
 
 
 def test_mappo_value_loss_clips_both_heads():
-    """``update_critic`` (one epoch, one minibatch) reports the clipped value loss of both
-    heads, team and individual, on ValueNorm-normalised returns.
+    """The value epochs (``SeedMAPPO.value_epochs_run``; one epoch, one minibatch) report the
+    clipped value loss of both heads, team and individual, on ValueNorm-normalised returns.
 
     Catches: the team head's value clip dropped, the individual head's dropped, the
     ValueNorm not updated before the targets are normalised."""

@@ -1,8 +1,9 @@
 """``python -m marl.train --seeds 0-15``: S independent runs trained in one process.
 
-The seeds are batched through one rollout and one update (:class:`marl.algos.seed_mappo.
-SeedMAPPO`); each seed still gets a complete run directory, ``RUN_DIR/seed_<k>/``, exactly as
-a single-seed run writes it (config.yaml with its own seed, metrics.jsonl, checkpoints,
+The seeds are batched through one rollout and one update (:class:`marl.algos.mappo.SeedMAPPO`,
+:class:`marl.algos.grpo.SeedGRPO`: what a plain run trains with, as a batch of one); each
+seed still gets a complete run directory, ``RUN_DIR/seed_<k>/``, exactly as a single-seed run
+writes it (config.yaml with its own seed, metrics.jsonl, checkpoints,
 policy/, eval.json, plots, finished.json), so ``marl.evaluate``, ``load_policy``,
 ``marl.export`` and ``marl.compare`` read each one as a single run (compare's own layout,
 ``OUT/runs/<variant>/seed_<k>``, is a batch directory per variant), and a plain ``--resume
