@@ -37,13 +37,20 @@ TASKS: dict[str, str] = {
     "AutoencodeEasy": "popgym.envs.autoencode:AutoencodeEasy",
     "PositionOnlyCartPoleEasy": "popgym.envs.position_only_cartpole:PositionOnlyCartPoleEasy",
 }
+#: tasks run only when named with ``--tasks`` (not in the default sweep)
+MORE_TASKS: dict[str, str] = {
+    "RepeatPreviousMedium": "popgym.envs.repeat_previous:RepeatPreviousMedium",
+}
+ALL_TASKS: dict[str, str] = {**TASKS, **MORE_TASKS}
 BACKBONES: tuple[str, ...] = ("mlp", "gru", "mamba", "mamba2")
 SEEDS: tuple[int, ...] = (0, 1, 2)
 
 #: The POPGym paper's GRU figures (Morad et al., ICLR 2023), ``{task: (value, where)}``;
-#: filled in only from a source that can be cited, never estimated. Their budget (PPO in
-#: RLlib, 15M env steps per trial, mean over trials of the max mean episodic reward, MMER)
-#: is not ours.
+#: filled in only from a source that can be cited, never estimated (none could be read so
+#: far: BENCHMARKS.md, POPGym section). Their budget (PPO in RLlib, ``POPGYM_STEPS`` env steps
+#: per trial: 10M at the paper-release commit, 15M later and in the FFM authors' reading of
+#: the public runs; 3 trials; mean over trials of the max mean episodic reward, MMER) is not
+#: ours.
 PAPER_GRU: dict[str, tuple[float, str]] = {}
 
 
@@ -62,11 +69,11 @@ def train_command(
     nice: int,
 ) -> list[str]:
     """The ``marl.train`` command of one run (a fresh one; see :func:`plan_command`)."""
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; known: {sorted(TASKS)}")
+    if task not in ALL_TASKS:
+        raise ValueError(f"unknown task {task!r}; known: {sorted(ALL_TASKS)}")
     cmd = [
         python, "-m", "marl.train",
-        "--env-fn", TASKS[task],
+        "--env-fn", ALL_TASKS[task],
         "--backbone", backbone,
         "--seed", str(seed),
         "--total-steps", str(total_steps),
@@ -120,7 +127,7 @@ def random_return(task: str, seeds: Sequence[int] = range(10000, 10032)) -> floa
 
     import numpy as np
 
-    module, cls = TASKS[task].split(":")
+    module, cls = ALL_TASKS[task].split(":")
     env = getattr(importlib.import_module(module), cls)()
     returns = []
     for seed in seeds:
@@ -182,7 +189,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--out-dir", default="runs/popgym_table", help="root of the run dirs")
-    p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(ALL_TASKS))
     p.add_argument("--backbones", nargs="+", default=list(BACKBONES), choices=list(BACKBONES))
     p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     p.add_argument("--total-steps", type=int, default=100_000, help="env steps per run")

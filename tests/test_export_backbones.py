@@ -4,9 +4,10 @@ onnxruntime's and TorchScript's greedy actions equal the loaded policy's step by
 their log-probabilities and next states match it. Also the ONNX interface: input names with
 ``obs``, ``mask`` and the state, the logits first, the initial state's shapes recorded.
 
-Each backbone trains one tiny run (3 updates of 4 envs x 16 steps on an 8x8 grid, hidden size
-16): the reference is that run's policy as ``marl.load_policy`` runs it (mamba / mamba2 on their
-numba kernels, the exported files on the pure-torch reference step)."""
+Each backbone trains two tiny runs, one with per-type actors and one with an actor shared by
+every type (3 updates of 4 envs x 16 steps on an 8x8 grid, hidden size 16): the reference is
+that run's policy as ``marl.load_policy`` runs it (mamba / mamba2 on their numba kernels, the
+exported files on the pure-torch reference step)."""
 
 from __future__ import annotations
 
@@ -33,14 +34,22 @@ TINY = [
 BACKBONES = ["mlp", "gru", "mamba", "mamba2"]
 
 
-@pytest.fixture(scope="module", params=BACKBONES)
+@pytest.fixture(
+    scope="module",
+    params=[(b, share) for share in ("none", "all") for b in BACKBONES],
+    ids=lambda p: p[0] if p[1] == "none" else f"{p[0]}-shared",
+)
 def run(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp(f"export_{request.param}") / "run"
-    args = [*TINY, "--run-dir", str(out), "--backbone", request.param]
-    if request.param != "mlp":
+    """A tiny run per backbone, with per-type actors and with one actor shared by every
+    type (``--share-actor all``: each type's exported file is its view of the shared actor,
+    its observation padded and identified, its logits cut to its own actions)."""
+    backbone, share = request.param
+    out = tmp_path_factory.mktemp(f"export_{backbone}_{share}") / "run"
+    args = [*TINY, "--run-dir", str(out), "--backbone", backbone, "--share-actor", share]
+    if backbone != "mlp":
         args += ["--seq-len", "8"]
     assert train_main(args) == 0
-    return out, request.param
+    return out, backbone
 
 
 def _episodes(policy, seeds=(0, 1)):

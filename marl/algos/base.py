@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from marl.core.advantages import Schedule, constant, linear_decay
 from marl.core.whitening import GROUPING_SCHEMES, SCHEMES, AdvantageWhitener
-from marl.models.policies import AgentLayout, MultiAgentPolicy
+from marl.models.policies import SHARE_ACTOR, AgentLayout, MultiAgentPolicy
 from seqmodels.backbones import TRAINER_DEFAULTS, backbone_spec
 
 __all__ = [
@@ -279,6 +279,24 @@ class BaseConfig:
         "package.module:NAME for a BackboneSpec in your own module.",
     )
     hidden_dim: int = _f(64, "Actor backbone width.")
+    share_actor: str = _f(
+        "none",
+        "Actor parameter sharing. none and type (one configuration): each agent type its own "
+        "actor, shared by the type's agents. all: one actor for every agent of every type: "
+        "observations zero-padded at the end to the largest type's size, one head over the "
+        "largest action count whose outputs beyond a type's own actions that type never sees "
+        "(action i of the head is action i of each type that has it). With --seeds, export "
+        "and load_policy alike; the types' losses then run in turn (no --parallel-update "
+        "threads for the actor).",
+        choices=SHARE_ACTOR,
+    )
+    agent_ids: bool = _f(
+        True,
+        "Append identity one-hots to each agent's observation: per-type actors the agent's "
+        "index within its type (n_k inputs); --share-actor all the type's one-hot (K "
+        "inputs), then the agent's over all N agents in possible_agents order. false: the "
+        "observation alone (agents of a type then act alike on equal observations).",
+    )
     activation: str = _f(
         "relu",
         "Hidden activation of the mlp/gru actor backbones and of the centralised critic's MLP "

@@ -354,9 +354,7 @@ class GRPO(Algorithm):
         self.num_groups = cfg.num_envs // cfg.group_size
         self.vec = make_vector_env(cfg.env_fn, cfg.num_envs, cfg.env, autoreset=False)
         self.layout = AgentLayout.from_env(self.vec)
-        self.policy = MultiAgentPolicy(
-            self.layout, cfg.backbone, cfg.hidden_dim, cfg.activation
-        ).to(self.device)
+        self.policy = MultiAgentPolicy.from_config(self.layout, cfg).to(self.device)
         if self.distributed:
             broadcast_parameters(self.policy, ctx)
         self.policy_update = PolicyUpdate.from_config(

@@ -311,9 +311,7 @@ class MAPPO(Algorithm):
         self.vec = make_vector_env(cfg.env_fn, cfg.num_envs, cfg.env)
         self.layout = AgentLayout.from_env(self.vec)
         N = self.layout.n_agents
-        self.policy = MultiAgentPolicy(
-            self.layout, cfg.backbone, cfg.hidden_dim, cfg.activation
-        ).to(self.device)
+        self.policy = MultiAgentPolicy.from_config(self.layout, cfg).to(self.device)
         self.critic = CentralCritic(
             self.layout.state_dim, N, cfg.critic_hidden_dim, cfg.value_ensemble, cfg.activation
         ).to(self.device)

@@ -498,6 +498,7 @@ class PolicyUpdate:
             parallel
             and not self.distributed
             and len(first.actors) > 1
+            and first.share_actor != "all"  # one actor's gradients: the types in turn
             and all(bool(getattr(a.backbone, "thread_safe", True)) for a in first.actors.values())
         )
 
@@ -650,14 +651,12 @@ class PolicyUpdate:
 
 
 def _ordered_views(
-    stack: nn.Module, single: MultiAgentPolicy, offset: OptimismOffset | None = None
+    stack: SeedMultiAgentPolicy, single: MultiAgentPolicy, offset: OptimismOffset | None = None
 ) -> SeedViews:
     """:class:`SeedViews` over ``stack``'s parameters in the order of a single run's
     ``single.named_parameters()`` (then the stacked offset's ``b [S]``, if any), so that run
     k's views line up with its own policy's parameters (and its offset)."""
-    names = {f"actors.{t}.{stacked}": f"actors.{t}.{one}"
-             for t, actor in stack.actors.items()
-             for stacked, one in actor.single_seed_names().items()}  # fmt: skip
+    names = stack.single_seed_names()
     by_single = {one: name for name, one in names.items()}
     params = dict(stack.named_parameters())
     ordered = [params[by_single[name]] for name, _ in single.named_parameters()]

@@ -320,6 +320,61 @@ def _whitening_scales(backbone: str, algo: str) -> Study:
     )
 
 
+def _whitening_shared(backbone: str, algo: str) -> Study:
+    """Issue 47, item 3: the whitening_scales schemes under one actor shared by every agent
+    of every type (``--share-actor all``), where a type's advantage scale reaches every
+    shared parameter; with GRPO also Dr. GRPO (no std in the first stage, so the scale
+    reaches the second), batch and per type."""
+    study = _whitening_scales(backbone, algo)
+    variants = {name: [*args, "--share-actor=all"] for name, args in study.variants.items()}
+    comparisons: tuple[tuple[str, str], ...] = ()
+    description = (
+        "Whitening schemes under one actor shared by every agent of every type "
+        "(--share-actor all), hard preset, the rescuers' rewards scaled in --common "
+        "(--env.rescuer_reward_scale=1, 10 or 100): batch (reference) vs none, type and "
+        "team_individual at alpha 0.5 and 0.25 (grouped per type)."
+    )
+    if algo == "grpo":
+        for scheme in ("batch", "type"):
+            variants[f"drgrpo_{scheme}"] = [
+                "--env.preset=hard",
+                f"--whitening={scheme}",
+                "--grpo-scale-std=false",
+                "--share-actor=all",
+            ]
+        comparisons = (("drgrpo_type", "drgrpo_batch"),)
+        description += (
+            " GRPO: ti_a0.5 would be 'none' and is left out; Dr. GRPO (--grpo-scale-std "
+            "false) with batch and with per-type second stages, drgrpo_type vs drgrpo_batch "
+            "pre-registered beside each variant vs batch."
+        )
+    return Study(
+        name="whitening_shared",
+        description=description,
+        reference="batch",
+        variants=variants,
+        comparisons=comparisons,
+    )
+
+
+def _sharing(backbone: str, algo: str) -> Study:
+    """Issue 47, item 3: what sharing one actor across the types costs or gains, batch
+    whitening (``--share-actor none`` is ``type``: one configuration, one arm)."""
+    return Study(
+        name="sharing",
+        description=(
+            "One actor for every agent of every type (--share-actor all) vs one actor per "
+            "type (--share-actor type, the default 'none' is the same configuration), batch "
+            "whitening, hard preset."
+        ),
+        reference="type",
+        variants={
+            "type": ["--env.preset=hard", "--whitening=batch", "--share-actor=type"],
+            "all": ["--env.preset=hard", "--whitening=batch", "--share-actor=all"],
+        },
+    )
+
+
 STUDIES = {
     "whitening": _whitening,
     "calibration": _calibration,
@@ -328,6 +383,8 @@ STUDIES = {
     "memory_factorial": _memory_factorial,
     "calibration_ladder": _calibration_ladder,
     "whitening_scales": _whitening_scales,
+    "whitening_shared": _whitening_shared,
+    "sharing": _sharing,
 }
 
 

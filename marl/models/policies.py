@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -37,6 +38,8 @@ __all__ = [
     "MaskedCategorical",
     "ActorCore",
     "TypeActor",
+    "SharedTypeActor",
+    "SHARE_ACTOR",
     "MultiAgentPolicy",
     "CentralCritic",
 ]
@@ -205,7 +208,11 @@ class ActorCore(nn.Module):
     obs_dim: int
     n_agents: int
     n_actions: int
+    #: ``[n_k, I]``: the identity features appended to each agent's observation (row i:
+    #: agent i of the type; ``I = 0`` without them)
     agent_onehot: Tensor
+    #: zeros appended after the observation (a shared actor's common input size)
+    pad: int = 0
     #: the burn-in runs each run's units grouped by length, one backbone call per run and
     #: length (``_backbone_run_one``); else one call of every run's units per length
     per_run_burn_in: bool
@@ -237,10 +244,24 @@ class ActorCore(nn.Module):
 
     # -- the computations -------------------------------------------------------------------
     def inputs(self, obs: Tensor) -> Tensor:
-        """Backbone inputs: ``obs[..., n_k, D]`` -> ``[..., n_k, D + n_k]`` (agent one-hot
-        appended)."""
-        onehot = self.agent_onehot.to(obs.dtype).expand(*obs.shape[:-1], self.n_agents)
-        return torch.cat([obs, onehot], dim=-1)
+        """Backbone inputs: ``obs[..., n_k, D]`` -> ``[..., n_k, D + pad + I]``: the
+        observation, ``pad`` zeros (a shared actor's common size) and each agent's row of
+        :attr:`agent_onehot` ``[n_k, I]`` (its index one-hot, ``I = n_k``, by default)."""
+        lead = obs.shape[:-1]
+        parts = [obs]
+        if self.pad:
+            parts.append(obs.new_zeros(*lead, self.pad))
+        parts.append(self.agent_onehot.to(obs.dtype).expand(*lead, self.agent_onehot.shape[-1]))
+        return torch.cat(parts, dim=-1)
+
+    def agent_inputs(self, obs: Tensor, agent_index: Tensor) -> Tensor:
+        """:meth:`inputs` of single agents: ``obs [B, D]``, ``agent_index [B]`` (each row's
+        agent, its index within the type) -> ``[B, D + pad + I]``."""
+        parts = [obs]
+        if self.pad:
+            parts.append(obs.new_zeros(obs.shape[0], self.pad))
+        parts.append(self.agent_onehot.to(obs.dtype)[agent_index])
+        return torch.cat(parts, dim=-1)
 
     def step(
         self, obs: Tensor, mask: Tensor, state: State, reset: Tensor | None
@@ -480,14 +501,16 @@ class TypeActor(ActorCore):
         backbone: str,
         hidden_dim: int,
         activation: str = "tanh",
+        agent_ids: bool = True,
     ) -> None:
         super().__init__()
         self.obs_dim, self.n_agents, self.n_actions = obs_dim, n_agents, n_actions
-        self.backbone = _backbone(backbone, obs_dim + n_agents, hidden_dim, activation)
+        onehot = torch.eye(n_agents) if agent_ids else torch.zeros(n_agents, 0)
+        self.backbone = _backbone(backbone, obs_dim + onehot.shape[1], hidden_dim, activation)
         self.head = nn.Linear(self.backbone.output_dim, n_actions)
         nn.init.orthogonal_(self.head.weight, gain=0.01)
         nn.init.zeros_(self.head.bias)
-        self.register_buffer("agent_onehot", torch.eye(n_agents), persistent=False)
+        self.register_buffer("agent_onehot", onehot, persistent=False)
 
     @property
     def is_recurrent(self) -> bool:
@@ -596,6 +619,56 @@ class TypeActor(ActorCore):
         return MaskedCategorical(self.run_logits_from_inputs(inputs.unsqueeze(0))[0], mask)
 
 
+class SharedTypeActor(TypeActor):
+    """One agent type's view of the actor that every type shares (``--share-actor all``).
+
+    The view owns no parameters: its backbone and head are those of ``core``, a
+    :class:`TypeActor` over the common input (the policy's ``shared`` module). It gives the
+    type's agents their inputs, ``obs [..., n_k, D_k]`` padded with ``pad = D - D_k`` zeros
+    to the largest observation size ``D`` and followed by ``ids [n_k, I]`` (the type one-hot
+    and the agent's one-hot over every agent, or nothing), and keeps the first ``A_k`` of the
+    head's ``A = max A_k`` logits: the shared head's output i is action i of every type that
+    has it, and a type never sees, let alone takes, an action beyond its own.
+    """
+
+    def __init__(self, core: TypeActor, spec: TypeSpec, pad: int, ids: Tensor) -> None:
+        nn.Module.__init__(self)
+        self.obs_dim, self.n_agents, self.n_actions = spec.obs_dim, spec.n_agents, spec.n_actions
+        self.pad = int(pad)
+        self._core = (core,)  # a tuple: the policy registers the core once, as ``shared``
+        self.register_buffer("agent_onehot", ids, persistent=False)
+
+    @property
+    def backbone(self) -> nn.Module:  # type: ignore[override]
+        return self._core[0].backbone
+
+    @property
+    def head(self) -> nn.Module:  # type: ignore[override]
+        return self._core[0].head
+
+    def _head(self, y: Tensor) -> Tensor:
+        return super()._head(y)[..., : self.n_actions]
+
+
+def _shared_ids(layout: AgentLayout, k: int, agent_ids: bool) -> Tensor:
+    """Type k's identity rows for a shared actor: ``[n_k, K + N]`` (type one-hot over the K
+    types, then the agent's one-hot over the N agents in ``possible_agents`` order), or
+    ``[n_k, 0]`` without ids."""
+    t = layout.types[k]
+    if not agent_ids:
+        return torch.zeros(t.n_agents, 0)
+    K = len(layout.types)
+    ids = torch.zeros(t.n_agents, K + layout.n_agents)
+    ids[:, k] = 1.0
+    ids[torch.arange(t.n_agents), K + torch.tensor(t.agent_ids)] = 1.0
+    return ids
+
+
+#: ``--share-actor``: none and type are today's per-type actors (each shared by its type's
+#: agents); all is one actor for every agent of every type
+SHARE_ACTOR = ("none", "type", "all")
+
+
 def _run_axis(state: State) -> State:
     """One run's state with a leading run axis of 1 (views)."""
     return tuple(s.unsqueeze(0) for s in state)
@@ -607,7 +680,16 @@ def _one(state: State) -> State:
 
 
 class MultiAgentPolicy(nn.Module):
-    """One :class:`TypeActor` per agent type of ``layout``."""
+    """The actor of every agent type of ``layout``: ``actors[type]``.
+
+    ``share_actor`` (``--share-actor``): ``"none"`` and ``"type"`` (the same configuration)
+    give each type its own :class:`TypeActor`, shared by the type's agents;
+    ``"all"`` one actor for every agent of every type (:attr:`shared`, seen by each type
+    through a :class:`SharedTypeActor`): observations zero-padded to the largest type's,
+    one head over ``max A_k`` actions cut to each type's ``A_k``. ``agent_ids``: append the
+    identity one-hots (per type: the agent's index within the type; shared: the type's
+    one-hot, then the agent's over all N agents); False: the observation alone.
+    """
 
     def __init__(
         self,
@@ -615,17 +697,51 @@ class MultiAgentPolicy(nn.Module):
         backbone: str = "mlp",
         hidden_dim: int = 64,
         activation: str = "tanh",
+        *,
+        share_actor: str = "none",
+        agent_ids: bool = True,
     ) -> None:
         super().__init__()
+        if share_actor not in SHARE_ACTOR:
+            raise ValueError(f"share_actor must be one of {SHARE_ACTOR}, got {share_actor!r}")
         self.layout = layout
         self.backbone_kind = backbone
+        self.share_actor, self.agent_ids = share_actor, bool(agent_ids)
+        types = layout.types
+        if share_actor != "all":
+            self.actors = nn.ModuleDict(
+                {
+                    t.name: TypeActor(
+                        t.obs_dim, t.n_agents, t.n_actions, backbone, hidden_dim, activation,
+                        agent_ids=agent_ids,
+                    )
+                    for t in types
+                }
+            )  # fmt: skip
+            return
+        D = max(t.obs_dim for t in types)
+        ids = [_shared_ids(layout, k, agent_ids) for k in range(len(types))]
+        width = D + ids[0].shape[1]
+        A = max(t.n_actions for t in types)
+        core = TypeActor(width, 1, A, backbone, hidden_dim, activation, agent_ids=False)
         self.actors = nn.ModuleDict(
-            {
-                t.name: TypeActor(
-                    t.obs_dim, t.n_agents, t.n_actions, backbone, hidden_dim, activation
-                )
-                for t in layout.types
-            }
+            {t.name: SharedTypeActor(core, t, D - t.obs_dim, ids[k]) for k, t in enumerate(types)}
+        )
+        #: the one actor of every type (``--share-actor all``)
+        self.shared = core
+
+    @classmethod
+    def from_config(cls, layout: AgentLayout, cfg: Any) -> MultiAgentPolicy:
+        """The policy a run's config asks for (``backbone``, ``hidden_dim``, ``activation``,
+        ``share_actor``, ``agent_ids``; configs written before the last two: their
+        defaults)."""
+        return cls(
+            layout,
+            cfg.backbone,
+            cfg.hidden_dim,
+            cfg.activation,
+            share_actor=getattr(cfg, "share_actor", "none"),
+            agent_ids=getattr(cfg, "agent_ids", True),
         )
 
     @property

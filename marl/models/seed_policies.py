@@ -69,6 +69,7 @@ from marl.models.policies import (
     CentralCritic,
     MaskedCategorical,
     MultiAgentPolicy,
+    SharedTypeActor,
     TypeActor,
     neg_gumbel_noise,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "SeedMLPBackbone",
     "SeedMultiAgentPolicy",
     "SeedPolicies",
+    "SeedSharedTypeActor",
     "SeedTypeActor",
     "build_seed_policies",
     "seed_neg_gumbel_noise",
@@ -142,7 +144,8 @@ class SeedTypeActor(ActorCore):
         self.obs_dim, self.n_agents, self.n_actions = first.obs_dim, first.n_agents, first.n_actions
         self.backbone = stack_backbones([a.backbone for a in actors])
         self.head = SeedLinear.from_modules([a.head for a in actors])
-        self.register_buffer("agent_onehot", torch.eye(self.n_agents), persistent=False)
+        self.pad = first.pad
+        self.register_buffer("agent_onehot", first.agent_onehot.clone(), persistent=False)
         self._template: tuple[TypeActor] = (copy.deepcopy(first),)
         #: the unbatched backbone burns in each seed's units as its own actor does
         self.per_run_burn_in = isinstance(self.backbone, SeedLoopBackbone)
@@ -289,24 +292,75 @@ class SeedTypeActor(ActorCore):
         return MaskedCategorical(self.run_logits_from_inputs(inputs), mask)
 
 
+class SeedSharedTypeActor(SeedTypeActor):
+    """S runs' :class:`~marl.models.policies.SharedTypeActor` of one type: the type's view of
+    the stacked shared actor ``core`` (its inputs padded and identified, its logits cut to
+    the type's actions, as the one-run view's); it owns no parameters."""
+
+    def __init__(self, core: SeedTypeActor, view: SharedTypeActor) -> None:
+        nn.Module.__init__(self)
+        self.num_seeds, self.per_run_burn_in = core.num_seeds, core.per_run_burn_in
+        self.obs_dim, self.n_agents, self.n_actions = view.obs_dim, view.n_agents, view.n_actions
+        self.pad = view.pad
+        self._core = (core,)
+        self.register_buffer("agent_onehot", view.agent_onehot.clone(), persistent=False)
+
+    @property
+    def backbone(self) -> nn.Module:  # type: ignore[override]
+        return self._core[0].backbone
+
+    @property
+    def head(self) -> nn.Module:  # type: ignore[override]
+        return self._core[0].head
+
+    def single_seed_names(self) -> dict[str, str]:
+        return {}  # the parameters are the policy's ``shared``
+
+    def _head(self, y: Tensor) -> Tensor:
+        return super()._head(y)[..., : self.n_actions]
+
+
 class SeedMultiAgentPolicy(nn.Module):
     """S :class:`marl.models.policies.MultiAgentPolicy` of one layout: one :class:`SeedTypeActor`
-    per agent type."""
+    per agent type, or (``share_actor == "all"``) the shared actor stacked once
+    (:attr:`shared`) and each type's :class:`SeedSharedTypeActor` view of it."""
 
     def __init__(self, policies: Sequence[MultiAgentPolicy]) -> None:
         super().__init__()
         policies = _same_type(policies, MultiAgentPolicy, "policy")
         first = policies[0]
         for i, p in enumerate(policies):
-            if p.layout != first.layout or p.backbone_kind != first.backbone_kind:
-                raise ValueError(f"policy {i} has another layout or backbone than policy 0")
+            if (p.layout, p.backbone_kind, p.share_actor, p.agent_ids) != (
+                first.layout, first.backbone_kind, first.share_actor, first.agent_ids
+            ):  # fmt: skip
+                raise ValueError(
+                    f"policy {i} has another layout, backbone or sharing than policy 0"
+                )
         self.num_seeds = len(policies)
         self.layout: AgentLayout = first.layout
         self.backbone_kind = first.backbone_kind
-        self.actors = nn.ModuleDict(
-            {name: SeedTypeActor([p.actors[name] for p in policies]) for name in first.actors}
-        )
+        self.share_actor, self.agent_ids = first.share_actor, first.agent_ids
+        if first.share_actor == "all":
+            core = SeedTypeActor([p.shared for p in policies])
+            self.actors = nn.ModuleDict(
+                {name: SeedSharedTypeActor(core, view) for name, view in first.actors.items()}
+            )
+            self.shared = core
+        else:
+            self.actors = nn.ModuleDict(
+                {name: SeedTypeActor([p.actors[name] for p in policies]) for name in first.actors}
+            )
         self._template: tuple[MultiAgentPolicy] = (copy.deepcopy(first),)
+
+    def single_seed_names(self) -> dict[str, str]:
+        """Stacked parameter name -> the ``MultiAgentPolicy``'s parameter name."""
+        names = {f"actors.{t}.{stacked}": f"actors.{t}.{one}"
+                 for t, actor in self.actors.items()
+                 for stacked, one in actor.single_seed_names().items()}  # fmt: skip
+        if self.share_actor == "all":
+            names.update({f"shared.{s}": f"shared.{t}"
+                          for s, t in self.shared.single_seed_names().items()})  # fmt: skip
+        return names
 
     @property
     def is_recurrent(self) -> bool:
@@ -317,9 +371,8 @@ class SeedMultiAgentPolicy(nn.Module):
 
     def seed_state_dict(self, seed: int) -> dict[str, Tensor]:
         """Seed ``seed``'s parameters (views) under the ``MultiAgentPolicy`` names."""
-        return {f"actors.{name}.{key}": value
-                for name, actor in self.actors.items()
-                for key, value in actor.seed_state_dict(seed).items()}  # fmt: skip
+        params = dict(self.named_parameters())
+        return {one: params[name][seed] for name, one in self.single_seed_names().items()}
 
     def unstack(self) -> list[MultiAgentPolicy]:
         """S single-seed ``MultiAgentPolicy`` with copies of each seed's parameters."""
@@ -496,7 +549,7 @@ def build_seed_policies(
     for seed in seeds:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            policies.append(MultiAgentPolicy(layout, cfg.backbone, cfg.hidden_dim, cfg.activation))
+            policies.append(MultiAgentPolicy.from_config(layout, cfg))
             if critic:
                 critics.append(
                     CentralCritic(

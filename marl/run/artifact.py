@@ -499,6 +499,8 @@ def load_run_policy(
             backbone["kind"],
             int(backbone["hidden_dim"]),
             backbone.get("activation", "tanh"),
+            share_actor=getattr(cfg, "share_actor", "none"),
+            agent_ids=getattr(cfg, "agent_ids", True),
         )
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise PolicyArtifactError(
@@ -586,7 +588,7 @@ def _load_pickled(
         raise PolicyArtifactError(str(exc)) from None
     if layout is None:
         layout = AgentLayout.from_env(make_vector_env(cfg.env_fn, 1, cfg.env, autoreset=False))
-    policy = MultiAgentPolicy(layout, cfg.backbone, cfg.hidden_dim, cfg.activation)
+    policy = MultiAgentPolicy.from_config(layout, cfg)
     try:
         policy.load_state_dict(ckpt["algo"]["policy"])
     except (KeyError, TypeError, RuntimeError) as exc:

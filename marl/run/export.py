@@ -53,7 +53,6 @@ import sys
 import warnings
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from marl.models.policies import MASK_LOGIT, TypeActor
@@ -127,6 +126,9 @@ class ExportedActor(nn.Module):
         if backbone == "gru" and actor.backbone.num_layers != 1:
             raise ValueError("export supports single-layer GRU backbones only")
         self.actor, self.kind = actor, backbone
+        # a shared actor's view holds its modules unregistered: registered here, the trace
+        # sees them as parameters (a per-type actor's are its own already)
+        self.modules_of_actor = nn.ModuleList([actor.backbone, actor.head])
         self.state_names = state_names
 
     def state_shapes(self) -> list[list[int]]:
@@ -141,12 +143,12 @@ class ExportedActor(nn.Module):
     def forward(
         self, obs: Tensor, action_mask: Tensor, agent_index: Tensor, *state: Tensor
     ) -> Tensor | tuple[Tensor, ...]:
-        onehot = F.one_hot(agent_index, self.actor.n_agents).to(obs.dtype)
-        x = torch.cat([obs, onehot], dim=-1)
+        x = self.actor.agent_inputs(obs, agent_index)
         if self.kind == "gru":  # h [B, H] <-> the backbone's (h [B, 1, H],)
             state = (state[0].unsqueeze(1),)
         y, new_state = self.actor.backbone.step(x, tuple(state), None)
-        logits = self.actor.head(y).masked_fill(action_mask == 0, MASK_LOGIT)
+        logits = self.actor.head(y)[..., : self.actor.n_actions]  # a shared head: this type's
+        logits = logits.masked_fill(action_mask == 0, MASK_LOGIT)
         if not self.state_names:
             return logits
         if self.kind == "gru":
