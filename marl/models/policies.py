@@ -22,7 +22,7 @@ Shapes (E envs, n_k agents of type k, D_k observation size, A_k actions, S state
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,8 @@ __all__ = [
     "ActorCore",
     "TypeActor",
     "SharedTypeActor",
+    "SharedView",
+    "act_per_type",
     "SHARE_ACTOR",
     "MultiAgentPolicy",
     "CentralCritic",
@@ -619,7 +621,27 @@ class TypeActor(ActorCore):
         return MaskedCategorical(self.run_logits_from_inputs(inputs.unsqueeze(0))[0], mask)
 
 
-class SharedTypeActor(TypeActor):
+class SharedView:
+    """What a type's view of a shared actor adds, for one run or S: the backbone and head
+    are the shared core's (``_core``, held unregistered: the policy registers it once), and
+    the head's logits are cut to the type's own ``n_actions``."""
+
+    _core: tuple[ActorCore]
+    n_actions: int
+
+    @property
+    def backbone(self) -> nn.Module:
+        return self._core[0].backbone  # type: ignore[return-value]
+
+    @property
+    def head(self) -> nn.Module:
+        return self._core[0].head  # type: ignore[return-value]
+
+    def _head(self, y: Tensor) -> Tensor:
+        return super()._head(y)[..., : self.n_actions]  # type: ignore[misc]
+
+
+class SharedTypeActor(SharedView, TypeActor):  # type: ignore[misc]
     """One agent type's view of the actor that every type shares (``--share-actor all``).
 
     The view owns no parameters: its backbone and head are those of ``core``, a
@@ -637,17 +659,6 @@ class SharedTypeActor(TypeActor):
         self.pad = int(pad)
         self._core = (core,)  # a tuple: the policy registers the core once, as ``shared``
         self.register_buffer("agent_onehot", ids, persistent=False)
-
-    @property
-    def backbone(self) -> nn.Module:  # type: ignore[override]
-        return self._core[0].backbone
-
-    @property
-    def head(self) -> nn.Module:  # type: ignore[override]
-        return self._core[0].head
-
-    def _head(self, y: Tensor) -> Tensor:
-        return super()._head(y)[..., : self.n_actions]
 
 
 def _shared_ids(layout: AgentLayout, k: int, agent_ids: bool) -> Tensor:
@@ -764,23 +775,41 @@ class MultiAgentPolicy(nn.Module):
         neg_gumbel: dict[str, Tensor] | None = None,
     ) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, tuple[Tensor, ...]]]:
         """Sample actions for every type: returns (actions ``[E, n_k]``, log-probs, new state).
-        ``neg_gumbel``: per type, sampling noise drawn in advance (see :meth:`TypeActor.act`).
-        A ``reset`` with no True entry is dropped (the same result: the backbones then skip
-        zeroing the state rows, two copies of every state tensor per step)."""
-        if reset is not None and not bool(reset.any()):
-            reset = None
-        actions, logps, new_state = {}, {}, {}
-        for name, actor in self.actors.items():
-            actions[name], logps[name], new_state[name] = actor.act(
-                obs[name],
-                mask[name],
-                state[name],
-                reset,
-                deterministic=deterministic,
-                generator=generator,
-                neg_gumbel=None if neg_gumbel is None else neg_gumbel[name],
-            )
-        return actions, logps, new_state
+        ``neg_gumbel``: per type, sampling noise drawn in advance (see :meth:`TypeActor.act`);
+        :func:`act_per_type`."""
+        return act_per_type(
+            self.actors, obs, mask, state, reset, deterministic, neg_gumbel, generator=generator
+        )
+
+
+def act_per_type(
+    actors: Mapping[str, Any],
+    obs: Mapping[str, Tensor],
+    mask: Mapping[str, Tensor],
+    state: Mapping[str, State],
+    reset: Tensor | None,
+    deterministic: bool,
+    neg_gumbel: Mapping[str, Tensor] | None,
+    **source: Any,
+) -> tuple[dict[str, Tensor], dict[str, Tensor], dict[str, State]]:
+    """Every type's ``actor.act`` in type order (one run's actors or S runs'; ``source``:
+    their noise source, ``generator=`` or ``generators=``). A ``reset`` with no True entry
+    is dropped (the same result: the backbones then skip zeroing the state rows, two copies
+    of every state tensor per step)."""
+    if reset is not None and not bool(reset.any()):
+        reset = None
+    actions, logps, new_state = {}, {}, {}
+    for name, actor in actors.items():
+        actions[name], logps[name], new_state[name] = actor.act(
+            obs[name],
+            mask[name],
+            state[name],
+            reset,
+            deterministic=deterministic,
+            neg_gumbel=None if neg_gumbel is None else neg_gumbel[name],
+            **source,
+        )
+    return actions, logps, new_state
 
 
 class CentralCritic(nn.Module):

@@ -70,7 +70,9 @@ from marl.models.policies import (
     MaskedCategorical,
     MultiAgentPolicy,
     SharedTypeActor,
+    SharedView,
     TypeActor,
+    act_per_type,
     neg_gumbel_noise,
 )
 from marl.models.seed_backbones import (
@@ -292,7 +294,7 @@ class SeedTypeActor(ActorCore):
         return MaskedCategorical(self.run_logits_from_inputs(inputs), mask)
 
 
-class SeedSharedTypeActor(SeedTypeActor):
+class SeedSharedTypeActor(SharedView, SeedTypeActor):  # type: ignore[misc]
     """S runs' :class:`~marl.models.policies.SharedTypeActor` of one type: the type's view of
     the stacked shared actor ``core`` (its inputs padded and identified, its logits cut to
     the type's actions, as the one-run view's); it owns no parameters."""
@@ -305,19 +307,8 @@ class SeedSharedTypeActor(SeedTypeActor):
         self._core = (core,)
         self.register_buffer("agent_onehot", view.agent_onehot.clone(), persistent=False)
 
-    @property
-    def backbone(self) -> nn.Module:  # type: ignore[override]
-        return self._core[0].backbone
-
-    @property
-    def head(self) -> nn.Module:  # type: ignore[override]
-        return self._core[0].head
-
     def single_seed_names(self) -> dict[str, str]:
         return {}  # the parameters are the policy's ``shared``
-
-    def _head(self, y: Tensor) -> Tensor:
-        return super()._head(y)[..., : self.n_actions]
 
 
 class SeedMultiAgentPolicy(nn.Module):
@@ -399,21 +390,10 @@ class SeedMultiAgentPolicy(nn.Module):
         """``MultiAgentPolicy.act`` for every seed: per type, obs ``[S, E, n_k, D_k]``, mask,
         reset ``[S, E]`` -> (actions ``[S, E, n_k]``, log-probs, new state). The noise of
         each type is drawn in type order from each seed's generator, as a single-seed run
-        with that generator draws it."""
-        if reset is not None and not bool(reset.any()):
-            reset = None
-        actions, logps, new_state = {}, {}, {}
-        for name, actor in self.actors.items():
-            actions[name], logps[name], new_state[name] = actor.act(
-                obs[name],
-                mask[name],
-                state[name],
-                reset,
-                deterministic=deterministic,
-                generators=generators,
-                neg_gumbel=None if neg_gumbel is None else neg_gumbel[name],
-            )
-        return actions, logps, new_state
+        with that generator draws it (:func:`~marl.models.policies.act_per_type`)."""
+        return act_per_type(
+            self.actors, obs, mask, state, reset, deterministic, neg_gumbel, generators=generators
+        )
 
 
 def stack_policies(
