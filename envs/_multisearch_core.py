@@ -133,6 +133,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         minimap_size=7,
         route_hint=False,
     ),
+    # long episodes; despite the name a memoryless policy solves it (an mlp trains as well
+    # as a gru: docs/results/memory_factorial/): multisearch_recall_v1 is the memory task
     "memory": dict(
         grid_size=24,
         n_scouts=2,
