@@ -363,8 +363,11 @@ def test_cpu_time_budget_counts_the_process_cpu_seconds_across_a_resume(tmp_path
     assert json.loads((run / "finished.json").read_text())["cpu_s"] >= 2.0
 
 
-def test_resumed_run_equals_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("share", ["none", "all"])
+def test_resumed_run_equals_uninterrupted_run(tmp_path, share):
     common = [
+        "--share-actor",
+        share,
         "--checkpoint-every",
         "1",
         "--plots",
