@@ -25,6 +25,8 @@ Keyword arguments (unknown ones raise TypeError):
 
 - all: ``num_layers`` (default 1; mlp 2), ``activation`` ("tanh" default, "relu", "silu",
   "gelu": used by mlp and by gru's projection).
+- gru: ``chrono`` (None default: torch's initialisation): chrono initialisation of the update
+  gate for timescales up to ``chrono`` steps (:func:`chrono_init_`).
 - mamba: ``d_state=16, d_conv=4, expand=2, backend="auto"``, any other ``seqmodels.Mamba``
   argument (``dt_rank``, ``dt_min``, ...), ``norm`` ("rmsnorm" default, "layernorm").
 - mamba2: ``d_state=16, d_conv=4, expand=2, headdim=16, ngroups=1, chunk_size=64,
@@ -156,6 +158,25 @@ class MLPBackbone(Backbone):
         return run_sequential(self.net, x), ()
 
 
+def chrono_init_(gru: nn.GRU, t_max: int) -> None:
+    """Chrono initialisation of ``gru``'s update gate (Tallec & Ollivier 2018, "Can
+    recurrent neural networks warp time?"): in every layer the gate's bias (``bias_ih``'s,
+    ``bias_hh``'s set to 0) is ``log(u)``, ``u ~ U[1, t_max - 1]`` per unit, so at a zero
+    input each unit keeps ``z = u / (1 + u)`` of its state per step, a characteristic time
+    of about ``u`` steps: timescales spread up to ``t_max``, where torch's default (biases
+    near 0, ``z`` near 1/2) forgets within a few steps. torch's gate order is (r, z, n) with
+    ``h' = (1 - z) * n + z * h``. Draws ``hidden_size`` uniforms per layer from torch's
+    global generator."""
+    if not isinstance(t_max, int) or isinstance(t_max, bool) or t_max < 3:
+        raise ValueError(f"chrono must be an int >= 3 (the longest timescale), got {t_max!r}")
+    H = gru.hidden_size
+    with torch.no_grad():
+        for layer in range(gru.num_layers):
+            bias = torch.empty(H).uniform_(1.0, float(t_max - 1)).log_()
+            getattr(gru, f"bias_ih_l{layer}")[H : 2 * H] = bias
+            getattr(gru, f"bias_hh_l{layer}")[H : 2 * H] = 0.0
+
+
 class GRUBackbone(Backbone):
     """Linear + activation + ``nn.GRU``; state ``(h [B, num_layers, hidden_dim],)``.
 
@@ -166,13 +187,20 @@ class GRUBackbone(Backbone):
     is_recurrent = True
 
     def __init__(
-        self, input_dim: int, hidden_dim: int, num_layers: int = 1, activation: str = "tanh"
+        self,
+        input_dim: int,
+        hidden_dim: int,
+        num_layers: int = 1,
+        activation: str = "tanh",
+        chrono: int | None = None,
     ) -> None:
         super().__init__()
         self.input_dim, self.output_dim = input_dim, hidden_dim
         self.num_layers = _check_positive("num_layers", num_layers)
         self.proj = nn.Sequential(nn.Linear(input_dim, hidden_dim), _activation(activation))
         self.gru = nn.GRU(hidden_dim, hidden_dim, num_layers=num_layers, batch_first=True)
+        if chrono is not None:
+            chrono_init_(self.gru, chrono)
 
     def initial_state(self, batch_size: int) -> tuple[Tensor, ...]:
         w = self.gru.weight_hh_l0
@@ -463,7 +491,7 @@ def make_backbone(kind: str, input_dim: int, hidden_dim: int = 64, **kw: Any) ->
 
 def _feed_forward_or_gru(cls: type[Backbone], kind: str) -> Any:
     def build(input_dim: int, hidden_dim: int, **kw: Any) -> Backbone:
-        allowed = {"num_layers", "activation"}
+        allowed = {"num_layers", "activation"} | ({"chrono"} if kind == "gru" else set())
         unknown = sorted(set(kw) - allowed)
         if unknown:
             raise TypeError(
@@ -518,6 +546,7 @@ __all__ = [
     "registered_backbones",
     "GRUBackbone",
     "MLPBackbone",
+    "chrono_init_",
     "MambaBackbone",
     "activation",
     "make_backbone",

@@ -279,6 +279,15 @@ class BaseConfig:
         "package.module:NAME for a BackboneSpec in your own module.",
     )
     hidden_dim: int = _f(64, "Actor backbone width.")
+    chrono_init: int | None = _f(
+        None,
+        "gru backbones: chrono initialisation of the update gate for timescales up to T steps "
+        "(Tallec & Ollivier 2018: each unit's gate bias log U[1, T - 1], so it keeps its state "
+        "for up to about T steps at the start of training; torch's default forgets within a "
+        "few). Memory over long spans (multisearch_recall_v1 at H = 64) was learned with it "
+        "and not without (BENCHMARKS.md). None: torch's initialisation. Other backbones "
+        "refuse it.",
+    )
     share_actor: str = _f(
         "none",
         "Actor parameter sharing. none and type (one configuration): each agent type its own "
@@ -509,6 +518,18 @@ class BaseConfig:
         _check(self.penalty_beta >= 0, "penalty_beta", self.penalty_beta, "a number >= 0")
         _check(self.penalty_beta_floor >= 0, "penalty_beta_floor", self.penalty_beta_floor, ">= 0")
         _check(":" in self.env_fn, "env_fn", self.env_fn, "'module:function'")
+        if self.chrono_init is not None:
+            _check(
+                isinstance(self.chrono_init, int) and self.chrono_init >= 3,
+                "chrono_init",
+                self.chrono_init,
+                "an integer >= 3 (the longest timescale, in steps) or none",
+            )
+            if self.backbone != "gru":
+                raise ConfigError(
+                    f"--chrono-init: initialises the gru backbone's update gate; --backbone "
+                    f"{self.backbone} has none (use --backbone gru, or leave --chrono-init unset)"
+                )
         for key in self.env:
             _check(
                 isinstance(key, str) and key.isidentifier(), "env", key, "keyword-argument names"

@@ -375,6 +375,25 @@ def _sharing(backbone: str, algo: str) -> Study:
     )
 
 
+def _memory_horizon(backbone: str, algo: str) -> Study:
+    """Issue 48, item 3: which backbone remembers over H steps (``multisearch_recall_v1``);
+    the task, H and every training setting but the backbone are the part's ``--common``."""
+    return Study(
+        name="memory_horizon",
+        description=(
+            "mlp, gru, mamba, mamba2 on multisearch_recall_v1 at one memory horizon H (the "
+            "part's --common: --env.memory_horizon, rollout and window, every other setting "
+            "equal): gru vs mlp (does the task need memory at this H), mamba vs gru and "
+            "mamba2 vs gru (does Mamba remember better)."
+        ),
+        reference="gru",
+        variants={
+            kind: [f"--backbone={kind}", "--burn-in=0", "--penalty-channel=none"]
+            for kind in ("mlp", "gru", "mamba", "mamba2")
+        },
+    )
+
+
 STUDIES = {
     "whitening": _whitening,
     "calibration": _calibration,
@@ -385,6 +404,7 @@ STUDIES = {
     "whitening_scales": _whitening_scales,
     "whitening_shared": _whitening_shared,
     "sharing": _sharing,
+    "memory_horizon": _memory_horizon,
 }
 
 

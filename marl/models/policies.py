@@ -183,12 +183,12 @@ class MaskedCategorical:
         return -(p * self.log_probs).sum(dim=-1)
 
 
-def _backbone(kind: str, input_dim: int, hidden_dim: int, activation: str = "tanh"):
+def _backbone(kind: str, input_dim: int, hidden_dim: int, activation: str = "tanh", **options: Any):
     from seqmodels.backbones import backbone_spec, make_backbone
 
     if backbone_spec(kind).takes_activation:
-        return make_backbone(kind, input_dim, hidden_dim, activation=activation)
-    return make_backbone(kind, input_dim, hidden_dim)  # e.g. mamba blocks: their own SiLU
+        return make_backbone(kind, input_dim, hidden_dim, activation=activation, **options)
+    return make_backbone(kind, input_dim, hidden_dim, **options)  # mamba: their own SiLU
 
 
 #: a backbone's recurrent state: a tuple of tensors, each with the rows first
@@ -504,11 +504,14 @@ class TypeActor(ActorCore):
         hidden_dim: int,
         activation: str = "tanh",
         agent_ids: bool = True,
+        backbone_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.obs_dim, self.n_agents, self.n_actions = obs_dim, n_agents, n_actions
         onehot = torch.eye(n_agents) if agent_ids else torch.zeros(n_agents, 0)
-        self.backbone = _backbone(backbone, obs_dim + onehot.shape[1], hidden_dim, activation)
+        self.backbone = _backbone(
+            backbone, obs_dim + onehot.shape[1], hidden_dim, activation, **(backbone_options or {})
+        )
         self.head = nn.Linear(self.backbone.output_dim, n_actions)
         nn.init.orthogonal_(self.head.weight, gain=0.01)
         nn.init.zeros_(self.head.bias)
@@ -711,6 +714,7 @@ class MultiAgentPolicy(nn.Module):
         *,
         share_actor: str = "none",
         agent_ids: bool = True,
+        backbone_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if share_actor not in SHARE_ACTOR:
@@ -724,7 +728,7 @@ class MultiAgentPolicy(nn.Module):
                 {
                     t.name: TypeActor(
                         t.obs_dim, t.n_agents, t.n_actions, backbone, hidden_dim, activation,
-                        agent_ids=agent_ids,
+                        agent_ids=agent_ids, backbone_options=backbone_options,
                     )
                     for t in types
                 }
@@ -734,7 +738,10 @@ class MultiAgentPolicy(nn.Module):
         ids = [_shared_ids(layout, k, agent_ids) for k in range(len(types))]
         width = D + ids[0].shape[1]
         A = max(t.n_actions for t in types)
-        core = TypeActor(width, 1, A, backbone, hidden_dim, activation, agent_ids=False)
+        core = TypeActor(
+            width, 1, A, backbone, hidden_dim, activation, agent_ids=False,
+            backbone_options=backbone_options,
+        )  # fmt: skip
         self.actors = nn.ModuleDict(
             {t.name: SharedTypeActor(core, t, D - t.obs_dim, ids[k]) for k, t in enumerate(types)}
         )
@@ -744,8 +751,9 @@ class MultiAgentPolicy(nn.Module):
     @classmethod
     def from_config(cls, layout: AgentLayout, cfg: Any) -> MultiAgentPolicy:
         """The policy a run's config asks for (``backbone``, ``hidden_dim``, ``activation``,
-        ``share_actor``, ``agent_ids``; configs written before the last two: their
-        defaults)."""
+        ``share_actor``, ``agent_ids``, ``chrono_init``; configs written before the last
+        three: their defaults)."""
+        chrono = getattr(cfg, "chrono_init", None)
         return cls(
             layout,
             cfg.backbone,
@@ -753,6 +761,7 @@ class MultiAgentPolicy(nn.Module):
             cfg.activation,
             share_actor=getattr(cfg, "share_actor", "none"),
             agent_ids=getattr(cfg, "agent_ids", True),
+            backbone_options=None if chrono is None else {"chrono": chrono},
         )
 
     @property
