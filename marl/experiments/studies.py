@@ -48,6 +48,7 @@ grouping       sequence backbones only (gru, mamba, mamba2): the default scheme
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 __all__ = ["Study", "STUDIES", "SEQUENCE_BACKBONES", "get_study"]
@@ -375,20 +376,52 @@ def _sharing(backbone: str, algo: str) -> Study:
     )
 
 
-def _memory_horizon(backbone: str, algo: str) -> Study:
-    """Issue 48, item 3: which backbone remembers over H steps (``multisearch_recall_v1``);
-    the task, H and every training setting but the backbone are the part's ``--common``."""
+#: memory_horizon's horizons H (issue 48: at least 64, 256, 1024, 4096)
+MEMORY_HORIZONS = (64, 256, 1024, 4096)
+
+
+def memory_horizon_settings(horizon: int) -> list[str]:
+    """The training settings every arm of a memory_horizon part shares at horizon ``H``:
+    ``multisearch_recall_v1`` with one agent (``rescuer_0``, the one that answers), 64 envs,
+    rollouts and windows of whole episodes (``k (H + 1)`` steps, about 256 and at least one
+    episode: every episode lies in one window, so the answer's gradient reaches the cue; all
+    envs reset together, the episodes having one length), 8 epochs of 16 minibatches (the
+    pilot's recipe: a gru learned H = 16 and, chrono-initialised, H = 64 with it and not with
+    4 x 4; BENCHMARKS.md)."""
+    window = max(1, round(256 / (horizon + 1))) * (horizon + 1)
+    return [
+        "--env-fn=envs.multisearch_recall_v1:vector_env",
+        f"--env.memory_horizon={horizon}",
+        "--env.n_scouts=0",
+        "--env.n_rescuers=1",
+        "--num-envs=64",
+        f"--rollout-steps={window}",
+        f"--seq-len={window}",
+        "--burn-in=0",
+        "--epochs=8",
+        "--num-minibatches=16",
+        "--penalty-channel=none",
+    ]
+
+
+def _memory_horizon(horizon: int, backbone: str, algo: str) -> Study:
+    """Issue 48, item 3: which backbone remembers over H steps (``multisearch_recall_v1``),
+    every setting but the backbone equal (:func:`memory_horizon_settings`); the gru arm is
+    chrono-initialised for timescales up to 2H (``--chrono-init``: without it no gru learned
+    H = 64 in the pilots)."""
+    settings = memory_horizon_settings(horizon)
+    extra = {"gru": [f"--chrono-init={2 * horizon}"]}
     return Study(
-        name="memory_horizon",
+        name=f"memory_horizon_{horizon}",
         description=(
-            "mlp, gru, mamba, mamba2 on multisearch_recall_v1 at one memory horizon H (the "
-            "part's --common: --env.memory_horizon, rollout and window, every other setting "
-            "equal): gru vs mlp (does the task need memory at this H), mamba vs gru and "
+            f"mlp, gru (chrono init up to {2 * horizon} steps), mamba, mamba2 on "
+            f"multisearch_recall_v1 at memory horizon H = {horizon}, every other setting "
+            "equal: gru vs mlp (does the task need memory at this H), mamba vs gru and "
             "mamba2 vs gru (does Mamba remember better)."
         ),
         reference="gru",
         variants={
-            kind: [f"--backbone={kind}", "--burn-in=0", "--penalty-channel=none"]
+            kind: [f"--backbone={kind}", *settings, *extra.get(kind, [])]
             for kind in ("mlp", "gru", "mamba", "mamba2")
         },
     )
@@ -404,7 +437,7 @@ STUDIES = {
     "whitening_scales": _whitening_scales,
     "whitening_shared": _whitening_shared,
     "sharing": _sharing,
-    "memory_horizon": _memory_horizon,
+    **{f"memory_horizon_{h}": functools.partial(_memory_horizon, h) for h in MEMORY_HORIZONS},
 }
 
 
