@@ -94,3 +94,24 @@ def test_other_backbones_refuse_it() -> None:
             validate_config(TrainConfig(backbone=backbone, chrono_init=64))
     with pytest.raises(ConfigError, match="an integer >= 3"):
         validate_config(TrainConfig(backbone="gru", chrono_init=1))
+
+
+@pytest.mark.parametrize("horizon", [64, 256, 1024, 4096])
+def test_memory_horizon_arms_differ_in_the_backbone_only(horizon) -> None:
+    """Issue 48's study: within a part the arms' resolved configs differ in the backbone
+    (and the gru arm's chrono init, 2H) alone; windows hold whole episodes."""
+    from dataclasses import asdict
+
+    from marl.experiments.studies import get_study
+    from marl.run.config import parse_cli
+
+    study = get_study(f"memory_horizon_{horizon}")
+    arms = {name: asdict(parse_cli(args)) for name, args in study.variants.items()}
+    assert study.reference == "gru" and set(arms) == {"mlp", "gru", "mamba", "mamba2"}
+    expected = {"mlp": set(), "gru": {"backbone", "chrono_init"}, "mamba": {"backbone"},
+                "mamba2": {"backbone"}}  # fmt: skip
+    for name, cfg in arms.items():
+        assert {k for k in cfg if cfg[k] != arms["mlp"][k]} == expected[name], name
+    gru = arms["gru"]
+    assert gru["chrono_init"] == 2 * horizon and gru["env"]["memory_horizon"] == horizon
+    assert gru["seq_len"] == gru["rollout_steps"] and gru["seq_len"] % (horizon + 1) == 0
