@@ -170,9 +170,10 @@ def test_seed_in_a_batch_equals_the_seed_alone_with_a_shared_actor(one_thread, a
     assert any(not torch.equal(a[1], p0) for a, p0 in trained)
 
 
-def test_a_saved_shared_policy_loads_and_acts_as_in_training(tmp_path) -> None:
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_a_saved_shared_policy_loads_and_acts_as_in_training(tmp_path, backbone) -> None:
     torch.manual_seed(3)
-    cfg = _cfg("mappo", "gru", 3)
+    cfg = _cfg("mappo", backbone, 3)
     algo = MAPPO(cfg, None)
     algo.iteration(0.0)
     write_policy_artifact(str(tmp_path), algo.policy, cfg, update=1, env_steps=128)
