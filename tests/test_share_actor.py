@@ -262,3 +262,26 @@ def test_the_sharing_studies_arms_differ_in_the_one_thing_compared(algo) -> None
         for scheme in ("batch", "type"):
             diff = {k for k in arms[scheme] if arms[scheme][k] != arms[f"drgrpo_{scheme}"][k]}
             assert diff == {"grpo_scale_std"}
+
+
+def test_the_position_study_differs_in_the_whitening_only() -> None:
+    """Issue 47, item 4: whitening_position's arms differ in the whitening scheme (and the
+    chunk arm's chunk size) alone; all share one actor over a scout and a rescuer on the
+    recall task at H = 64, with whole-episode windows."""
+    from dataclasses import asdict
+
+    from marl.experiments.studies import get_study
+    from marl.run.config import parse_cli
+
+    study = get_study("whitening_position")
+    arms = {name: asdict(parse_cli(args)) for name, args in study.variants.items()}
+    assert study.reference == "batch" and set(arms) == {"batch", "position", "chunk"}
+    expected = {"batch": set(), "position": {"whitening"}, "chunk": {"whitening", "chunk_size"}}
+    for name, cfg in arms.items():
+        assert {k for k in cfg if cfg[k] != arms["batch"][k]} == expected[name], name
+        assert cfg["whitening"] == name
+    batch = arms["batch"]
+    assert batch["share_actor"] == "all" and batch["backbone"] == "gru"
+    assert batch["env"]["n_scouts"] == 1 and batch["env"]["n_rescuers"] == 1
+    assert batch["env"]["memory_horizon"] == 64 and batch["chrono_init"] == 128
+    assert batch["seq_len"] == batch["rollout_steps"] == 260 and arms["chunk"]["chunk_size"] == 16

@@ -427,6 +427,50 @@ def _memory_horizon(horizon: int, backbone: str, algo: str) -> Study:
     )
 
 
+#: whitening_position's horizon and chunk size (issue 47, item 4)
+POSITION_HORIZON = 64
+POSITION_CHUNK = 16
+
+
+def whitening_position_settings() -> list[str]:
+    """The settings every arm of ``whitening_position`` shares: memory_horizon's recipe at
+    H = 64 (:func:`memory_horizon_settings`: whole-episode windows of 260 steps, 8 x 16
+    minibatches) with two agents of two types (``scout_0``, who only ever stays, and
+    ``rescuer_0``, who answers), one actor shared by both (``--share-actor all``), and the
+    gru chrono-initialised up to 2H (the recipe that learned H = 64 in the pilots)."""
+    agents = {"--env.n_scouts=0": "--env.n_scouts=1"}
+    settings = [agents.get(arg, arg) for arg in memory_horizon_settings(POSITION_HORIZON)]
+    return [
+        *settings,
+        "--backbone=gru",
+        f"--chrono-init={2 * POSITION_HORIZON}",
+        "--share-actor=all",
+    ]
+
+
+def _whitening_position(backbone: str, algo: str) -> Study:
+    """Issue 47, item 4: per-position and chunked statistics under one shared actor, on a
+    task whose advantages differ in scale by position (``multisearch_recall_v1`` at H = 64:
+    the only reward comes at the answer, so GAE's advantages shrink by ``gamma * lambda``
+    per step back from it)."""
+    settings = whitening_position_settings()
+    return Study(
+        name="whitening_position",
+        description=(
+            f"Per-position and chunked (chunks of {POSITION_CHUNK} positions) advantage "
+            "statistics vs batch, under one actor shared by a scout and a rescuer, on "
+            f"multisearch_recall_v1 at memory horizon H = {POSITION_HORIZON} (gru, chrono "
+            "init, whole-episode windows)."
+        ),
+        reference="batch",
+        variants={
+            "batch": [*settings, "--whitening=batch"],
+            "position": [*settings, "--whitening=position"],
+            "chunk": [*settings, "--whitening=chunk", f"--chunk-size={POSITION_CHUNK}"],
+        },
+    )
+
+
 STUDIES = {
     "whitening": _whitening,
     "calibration": _calibration,
@@ -437,6 +481,7 @@ STUDIES = {
     "whitening_scales": _whitening_scales,
     "whitening_shared": _whitening_shared,
     "sharing": _sharing,
+    "whitening_position": _whitening_position,
     **{f"memory_horizon_{h}": functools.partial(_memory_horizon, h) for h in MEMORY_HORIZONS},
 }
 
