@@ -79,6 +79,8 @@ if [ "$PERSIST" = 1 ]; then
     bash "$REPO/benchmarks/persist_runs.sh" "$OUT" "$DOCS" ${POLICY_FLAG[@]+"${POLICY_FLAG[@]}"}
     for f in report.md summary.json; do [ -f "$OUT/$f" ] && cp "$OUT/$f" "$DOCS/"; done
     if [ -d "$OUT/plots" ]; then rm -rf "$DOCS/plots" && cp -r "$OUT/plots" "$DOCS/"; fi
+    # the report as this checkout writes one: palette plots, plotted-only curves at 7 digits
+    (cd "$REPO" && "$PY" -m marl.experiments.persist --reports "$DOCS")
     exit 0
 fi
 compare "${EXTRA[@]}"

@@ -144,3 +144,76 @@ def test_cli_reports_errors(tmp_path: Path, args: list[str], message: str) -> No
     assert message in done.stderr
     # nothing was changed
     assert (study / "summary.json").read_text() == json.dumps(summary, indent=1) + "\n"
+
+
+def _curvy_summary(rng: np.random.Generator) -> dict:
+    """A summary whose plotted-only sections hold full-precision floats, beside numbers that
+    must stay exact (per-seed values, p-values)."""
+    curve = {"env_steps": [100, 200, 300], "n": 3, "mean": rng.random(3).tolist()}
+    curve["ci_low"] = [m - 1e-3 / 3 for m in curve["mean"]]
+    return {
+        "variants": {
+            name: {
+                "metrics": {"success_rate": {"values": rng.random(3).tolist(), "mean": 1 / 3}},
+                "curves": {"episode/success": curve},
+                "advantages": {"all": {"adv": {"std": {**curve, "mean": [1e-9 / 7, 0.0, -2 / 3]}}}},
+                "stability_per_run": [{"final_entropy": 2 / 7}],
+            }
+            for name in ("a", "b")
+        },
+        "probability_of_improvement": {"b": {"success_rate": {"p_value": 1 / 3}}},
+    }
+
+
+def _numbers(tree, path=()):
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from _numbers(v, (*path, k))
+    elif isinstance(tree, list):
+        for i, v in enumerate(tree):
+            yield from _numbers(v, (*path, i))
+    elif isinstance(tree, float):
+        yield path, tree
+
+
+@pytest.mark.parametrize("indent", [1, 2])
+def test_plotted_curves_are_rounded_and_nothing_else(tmp_path: Path, indent: int) -> None:
+    """``--reports`` (and every report written now) keeps the plotted-only curves at 7
+    significant digits, within 5e-7 relative; every other number, the key order and the
+    layout stay as they were; a second pass changes nothing."""
+    summary = _curvy_summary(np.random.default_rng(0))
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(summary, indent=indent) + "\n")
+    persist.compact_reports(str(tmp_path))
+    text = path.read_text()
+    rounded = json.loads(text)
+    assert text == json.dumps(rounded, indent=indent) + "\n"
+    assert list(_numbers(rounded)) != list(_numbers(summary))
+    for (where, old), (where_new, new) in zip(_numbers(summary), _numbers(rounded), strict=True):
+        assert where == where_new
+        if where[2] in ("curves", "advantages"):
+            assert abs(new - old) <= 5e-7 * abs(old), (where, old, new)
+            assert new == float(f"{old:.7g}")
+        else:
+            assert new == old, where
+    persist.compact_reports(str(tmp_path))
+    assert path.read_text() == text
+
+
+def test_write_all_rounds_the_file_not_the_summary(tmp_path: Path, monkeypatch) -> None:
+    """summary.json gets the rounded curves; the summary in memory (what the report's plots
+    and tables read) keeps every digit."""
+    summary = _curvy_summary(np.random.default_rng(1))
+    kept = json.loads(json.dumps(summary))
+    monkeypatch.setattr(report, "write_report", lambda summary, out: None)
+    monkeypatch.setattr(report, "write_runs_csv", lambda summary, out: None)
+    report.write_all(summary, str(tmp_path), plots=False)
+    written = json.loads((tmp_path / "summary.json").read_text())
+    for name, entry in written["variants"].items():
+        old = kept["variants"][name]
+        assert entry["metrics"] == old["metrics"]
+        assert entry["stability_per_run"] == old["stability_per_run"]
+        mean = entry["curves"]["episode/success"]["mean"]
+        assert mean == [float(f"{v:.7g}") for v in old["curves"]["episode/success"]["mean"]]
+        assert mean != old["curves"]["episode/success"]["mean"]
+    assert summary["variants"] == kept["variants"]

@@ -56,6 +56,7 @@ from typing import Any
 
 from marl.experiments import stats
 from marl.experiments.compare import run_finished
+from marl.run.rundir import atomic_write_text
 
 __all__ = [
     "EXACT",
@@ -574,12 +575,33 @@ def restore_study(study: str, out: str) -> int:
     return n
 
 
+def _round_summary_file(path: str) -> int:
+    """Rewrite the summary.json ``path`` with its plotted-only curves at the digits reports
+    write now (:func:`~marl.experiments.report.summary.round_plotted`), in the layout it was
+    written in (indent 1 or 2, and ``NaN`` where it had one), when that changes a number;
+    returns its size in bytes. A summary whose layout json cannot reproduce is left as it is
+    (rewriting it would rewrite every line)."""
+    from marl.experiments.report.summary import round_plotted
+
+    with open(path) as fh:
+        raw = fh.read()
+    summary = json.loads(raw)
+    rounded = round_plotted(summary)
+    if rounded != summary:
+        for indent in (1, 2):
+            if json.dumps(summary, indent=indent) + "\n" == raw:
+                atomic_write_text(path, json.dumps(rounded, indent=indent) + "\n")
+                break
+    return os.path.getsize(path)
+
+
 def compact_reports(root: str) -> tuple[int, int]:
     """Re-encode every PNG under ``root`` (``runs/`` folders left alone) with a palette of at
     most 256 colours, as :mod:`marl.experiments.report` writes plots now
-    (:func:`~marl.experiments.report.compact_png`; a palette PNG is left as it is). For
-    studies published before: nothing is recomputed and no run is needed. Returns (bytes
-    before, bytes after)."""
+    (:func:`~marl.experiments.report.compact_png`; a palette PNG is left as it is), and write
+    every ``summary.json``'s plotted-only curves at the digits reports write now (every other
+    number, verdict and p-value as it is). For studies published before: nothing is
+    recomputed and no run is needed. Returns (bytes before, bytes after)."""
     from marl.experiments.report import compact_png
 
     if not os.path.isdir(root):
@@ -587,10 +609,13 @@ def compact_reports(root: str) -> tuple[int, int]:
     before = after = 0
     for folder, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != "runs")
-        for name in sorted(n for n in names if n.endswith(".png")):
+        for name in sorted(n for n in names if n.endswith(".png") or n == "summary.json"):
             path = os.path.join(folder, name)
             before += os.path.getsize(path)
-            after += compact_png(path, path)
+            if name == "summary.json":
+                after += _round_summary_file(path)
+            else:
+                after += compact_png(path, path)
     return before, after
 
 
@@ -648,7 +673,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument(
         "--reports",
         metavar="DIR",
-        help="re-encode the plots (PNGs) under DIR with at most 256 colours, as reports write "
+        help="re-encode the plots (PNGs) under DIR with at most 256 colours, and round the "
+        "plotted-only curves of its summary.json files to 7 significant digits, as reports write "
         "them now (runs/ left alone): for studies published before",
     )
     parser.add_argument(
@@ -694,7 +720,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (PersistError, OSError, ValueError) as exc:
             parser.exit(2, f"{parser.prog}: error: {exc}\n")
         print(
-            f"persist: the PNGs under {args.reports}: {before / 1e6:.2f} MB -> {after / 1e6:.2f} MB"
+            f"persist: the PNGs and summaries under {args.reports}: "
+            f"{before / 1e6:.2f} MB -> {after / 1e6:.2f} MB"
         )
         return 0
     if args.in_place or args.restore:
