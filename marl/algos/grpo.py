@@ -665,8 +665,8 @@ class SeedGRPO(SeedBatch):
                  episodes end)
         advantages, reference log-probs, metrics     per run (runs[k]: one run's code)
         units: each run's whole episodes, padded to the env's episode cap (max_cycles)
-        epochs of minibatches (SeedBatch.policy_epochs): loss per run, backward, per-run
-                 clipping, optimizer.step()
+        epochs of minibatches (PolicyUpdate.epochs_of_minibatches): loss per run,
+                 backward, per-run clipping, optimizer.step()
 
     Padding: run k's episodes last T_k steps; in a batch of several runs they are padded
     (loss mask off) to the env's ``max_cycles``, a length that does not depend on the other
@@ -775,10 +775,13 @@ class SeedGRPO(SeedBatch):
             ])
             for _ in range(cfg.epochs)
         ]  # fmt: skip
+        training = [self.training(k) for k in range(S)]
         with self.runs[0].distributed_guard(
             "GRPO policy update"
         ):  # distributed: a plain run's ranks
-            policy_metrics, stops = self.policy_epochs(stacked, coefs, orders)
+            policy_metrics, stops = self.policy_update.epochs_of_minibatches(
+                stacked, coefs, orders, training
+            )
         for k, reason in sorted(stops.items()):
             self._stop(k, reason)
         for k, (run, batch) in enumerate(zip(self.runs, batches, strict=True)):

@@ -782,10 +782,16 @@ class SeedMAPPO(SeedBatch):
         for g in self.generators:
             value_orders.append([torch.randperm(M, generator=g) for _ in range(self.value_epochs)])
             policy_orders.append([torch.randperm(U, generator=g) for _ in range(cfg.epochs)])
+        # per epoch, every run's permutation: [S, U] (policy) and [S, M] (critic)
+        policy_orders = [torch.stack(epoch) for epoch in zip(*policy_orders, strict=True)]
+        value_orders = [torch.stack(epoch) for epoch in zip(*value_orders, strict=True)]
+        training = [self.training(k) for k in range(self.num_seeds)]
         (policy_metrics, policy_stops), (value_metrics, value_stops) = side_by_side(
             [
-                lambda: self.policy_epochs(units, coefs, _by_epoch(policy_orders)),
-                lambda: self.value_epochs_run(batch, advs, _by_epoch(value_orders)),
+                lambda: self.policy_update.epochs_of_minibatches(
+                    units, coefs, policy_orders, training
+                ),
+                lambda: self.value_epochs_run(batch, advs, value_orders),
             ],
             parallel=self.parallel,
         )
@@ -886,8 +892,3 @@ class SeedMAPPO(SeedBatch):
         run = self.runs[k]
         load_views_state(self.critic_opt, self.critic_views.per_seed[k], run.critic_opt)
         self.collector.load_seed_state_dict(k, state["collector"], vec=run.collector.vec)
-
-
-def _by_epoch(orders: list[list[Tensor]]) -> list[Tensor]:
-    """Each run's permutations per epoch (``orders[k][e]``) -> per epoch ``[S, U]``."""
-    return [stack_runs([o[e] for o in orders]) for e in range(len(orders[0]))]

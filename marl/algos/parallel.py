@@ -19,16 +19,9 @@ import torch
 
 __all__ = ["side_by_side"]
 
-#: worker threads, started on first use and reused (starting threads for every minibatch
-#: costs more than the small jobs gain)
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="marl-side-by-side")
-    return _POOL
+#: worker threads, reused (starting threads for every minibatch costs more than the small
+#: jobs gain); the executor starts its threads on the first submit, not here
+_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="marl-side-by-side")
 
 
 def _with_threads(job: Callable[[], Any], threads: int) -> Any:
@@ -48,7 +41,7 @@ def side_by_side(jobs: list[Callable[[], Any]], *, parallel: bool) -> list[Any]:
     if not parallel or len(jobs) < 2:
         return [job() for job in jobs]
     threads = torch.get_num_threads()
-    futures = [_pool().submit(_with_threads, job, threads) for job in jobs[1:]]
+    futures = [_POOL.submit(_with_threads, job, threads) for job in jobs[1:]]
     try:
         first = jobs[0]()
     finally:

@@ -116,7 +116,7 @@ class Minibatch:
 
     def sample_mask(self) -> Tensor:
         """``[B, L, n]`` bool: the (step, agent) samples that enter the loss."""
-        mask = self.loss_mask[..., None].expand(*self.loss_mask.shape, self.n_agents)
+        mask = self.loss_mask[..., None].expand_as(self.actions)
         return mask if self.agent_mask is None else mask & self.agent_mask
 
     def select(self, idx: Tensor) -> Minibatch:
@@ -387,7 +387,7 @@ class SeedMinibatch(Minibatch):
             if value is None:
                 taken[f.name] = None
             elif f.name == "state":
-                n = self.n_agents
+                n = self.obs.shape[-2]  # the agents: obs [S, B, P + L, n, D]
                 rows = (idx[..., None] * n + torch.arange(n, device=idx.device)).flatten(1)
                 taken[f.name] = tuple(take_rows(s, rows) for s in value)
             else:
@@ -577,7 +577,7 @@ class PolicyUpdate:
         permutation of its units in epoch e; ``coefs[s]``: run s's coefficients; runs not
         ``training`` are left as they are); returns each metric's mean over the minibatches,
         ``[S]``, and the runs that stopped (index -> the quantity that turned non-finite)."""
-        U = next(iter(units.values())).num_units
+        U = next(iter(units.values())).obs.shape[1]  # obs [S, U, P + L, n, D]
         size = max(1, math.ceil(U / self.num_minibatches))
         sums: dict[str, Tensor] = {}
         steps, stops = 0, {}
@@ -603,7 +603,11 @@ class PolicyUpdate:
         ``stops`` and left as it is (parameters and optimiser state)."""
         n_valid = sum(mb.sample_mask().flatten(1).sum(1) for mb in batch.values())  # [S]
         count = n_valid.clamp_min(1).float()  # each run's denominator of every term
-        coef = _stacked_coef(coefs, count.device)
+        # one PPOLossConfig for the stack: the runs share the clip settings; the entropy
+        # coefficient (each run's own schedule) is a [S] tensor when the runs' differ
+        coef, ent = coefs[0], [c.ent_coef for c in coefs]
+        if not all(e == ent[0] for e in ent):
+            coef = replace(coef, ent_coef=torch.tensor(ent, device=count.device))
         self.views.zero_grad()
         terms = self.loss_and_backward(batch, coef, count)
         loss = sum(self.objective.total(t).detach() for t in terms.values())  # [S]
@@ -661,17 +665,6 @@ def _ordered_views(
     params = dict(stack.named_parameters())
     ordered = [params[by_single[name]] for name, _ in single.named_parameters()]
     return SeedViews(ordered + ([] if offset is None else [offset.b]))
-
-
-def _stacked_coef(coefs: Sequence[PPOLossConfig], device: torch.device) -> PPOLossConfig:
-    """One :class:`PPOLossConfig` for the stack: the runs share the clip settings; the
-    entropy coefficient (which may follow each run's own schedule) as a ``[S]`` tensor when
-    the runs' differ."""
-    first = coefs[0]
-    ent = [c.ent_coef for c in coefs]
-    if all(e == ent[0] for e in ent):
-        return first
-    return replace(first, ent_coef=torch.tensor(ent, device=device))
 
 
 def stack_windows(x: Tensor, index: Tensor) -> Tensor:

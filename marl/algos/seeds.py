@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 
 from marl.algos.base import Algorithm, ConfigError, resolve_algorithm
-from marl.algos.ppo import PolicyUpdate, PPOLossConfig, SeedMinibatch, take_rows
+from marl.algos.ppo import PolicyUpdate, SeedMinibatch, take_rows
 from marl.core.losses import NonFiniteError
 from marl.core.seed_batched import SeedViews, clip_grad_norm_per_seed_
 
@@ -169,6 +169,8 @@ class SeedBatch:
         #: seed k's run: its own env, statistics and single-seed modules (kept in step with
         #: the stack by :meth:`sync`, for evaluation and checkpoints)
         self.runs = runs
+        #: S, the runs of the batch
+        self.num_seeds = len(runs)
         #: seed k's stand-in for the global generator a single-seed run draws from (None:
         #: the global generator itself, a plain run's)
         self.generators = generators
@@ -186,10 +188,6 @@ class SeedBatch:
         self.stopped: list[str | None] = [None] * len(runs)
         #: seeds that spent their budget (they step no more)
         self.done: set[int] = set()
-
-    @property
-    def num_seeds(self) -> int:
-        return len(self.runs)
 
     def per_seed(self, progress: float | Sequence[float]) -> list[float]:
         """``progress`` for each seed (a number: the same for all)."""
@@ -220,15 +218,6 @@ class SeedBatch:
         return rates
 
     # -- the policy update -----------------------------------------------------------------
-    def policy_epochs(
-        self, units: dict[str, SeedMinibatch], coefs: list[PPOLossConfig], orders: list[Tensor]
-    ) -> tuple[dict[str, Tensor], dict[int, str]]:
-        """Every training seed's policy epochs (:meth:`PolicyUpdate.epochs_of_minibatches`;
-        ``orders[e] [S, U]``: seed s's permutation of its units in epoch e); metrics ``[S]``
-        and the seeds that stopped."""
-        training = [self.training(k) for k in range(self.num_seeds)]
-        return self.policy_update.epochs_of_minibatches(units, coefs, orders, training)
-
     def step_seeds(
         self,
         views: SeedViews,

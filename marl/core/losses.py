@@ -48,15 +48,6 @@ def masked_mean(x: Tensor, mask: Tensor | None = None, dim: int | None = None) -
     return (x * m).sum(dim) / m.sum(dim).clamp_min(1.0)
 
 
-def _check_ppo_args(clip_low: float, clip_high: float, dual_clip: float | None) -> None:
-    if not 0.0 < clip_low < 1.0:
-        raise ValueError(f"clip_low must be in (0, 1), got {clip_low}")
-    if clip_high <= 0.0:
-        raise ValueError(f"clip_high must be > 0, got {clip_high}")
-    if dual_clip is not None and dual_clip <= 1.0:
-        raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
-
-
 def ppo_surrogate(
     logp: Tensor,
     logp_old: Tensor,
@@ -74,7 +65,12 @@ def ppo_surrogate(
     Returns ``(s [...], dual_active [...] bool or None)``, ``dual_active`` marking the samples
     where the dual bound is active.
     """
-    _check_ppo_args(clip_low, clip_high, dual_clip)
+    if not 0.0 < clip_low < 1.0:
+        raise ValueError(f"clip_low must be in (0, 1), got {clip_low}")
+    if clip_high <= 0.0:
+        raise ValueError(f"clip_high must be > 0, got {clip_high}")
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
     if not (logp.shape == logp_old.shape == advantages.shape):
         raise ValueError(
             f"shapes differ: logp {tuple(logp.shape)}, logp_old {tuple(logp_old.shape)}, "

@@ -557,24 +557,7 @@ def per_seed_grad_norm(params: Iterable[Tensor], norm_type: float = 2.0) -> Tens
     norm ``torch.nn.utils.clip_grad_norm_`` would compute for seed s alone: the norm of the
     per-parameter norms."""
     grads, _ = _stacked_grads(params)
-    return _per_seed_total_norms(grads, float(norm_type))
-
-
-def _per_seed_total_norms(grads: Sequence[Tensor], norm_type: float) -> Tensor:
-    """``[S]`` total norms, each reduced over its own seed's row alone.
-
-    A norm over the seed axis of a ``[P, S]`` table (``vector_norm(dim=0)``) vectorises
-    across the seeds, so its summation order, and the last bits of seed s's norm, depend
-    on S. Here each seed's per-parameter norms form one contiguous row of ``[S, P]`` and
-    that row is reduced by itself: the same arithmetic whatever the stack size, so a seed
-    in a stack logs and clips by exactly the norm it has alone (``--seeds k``).
-    """
-    num_seeds = grads[0].shape[0]
-    per_param = torch.stack(
-        [torch.linalg.vector_norm(g.reshape(num_seeds, -1), norm_type, dim=1) for g in grads],
-        dim=1,
-    )  # [S, P], each row contiguous
-    return torch.stack([torch.linalg.vector_norm(row, norm_type) for row in per_param])
+    return clip_grads_per_seed_(grads, None, norm_type)  # the norms only, nothing clipped
 
 
 @torch.no_grad()
@@ -599,11 +582,23 @@ def clip_grads_per_seed_(
     grads: Sequence[Tensor], max_norm: float | None, norm_type: float = 2.0
 ) -> Tensor:
     """:func:`clip_grad_norm_per_seed_` on the gradients themselves (``grads``: ``[S, ...]``
-    each, clipped in place); returns the norms before clipping, ``[S]``."""
+    each, clipped in place); returns the norms before clipping, ``[S]``.
+
+    Each seed's total norm is reduced over its own row alone. A norm over the seed axis of a
+    ``[P, S]`` table (``vector_norm(dim=0)``) vectorises across the seeds, so its summation
+    order, and the last bits of seed s's norm, depend on S. Here each seed's per-parameter
+    norms form one contiguous row of ``[S, P]`` and that row is reduced by itself: the same
+    arithmetic whatever the stack size, so a seed in a stack logs and clips by exactly the
+    norm it has alone (``--seeds k``)."""
     grads = list(grads)
     if not grads:
         raise ValueError("no gradients to clip (run backward first)")
-    norms = _per_seed_total_norms(grads, float(norm_type))
+    num_seeds, norm_type = grads[0].shape[0], float(norm_type)
+    per_param = torch.stack(
+        [torch.linalg.vector_norm(g.reshape(num_seeds, -1), norm_type, dim=1) for g in grads],
+        dim=1,
+    )  # [S, P], each row contiguous
+    norms = torch.stack([torch.linalg.vector_norm(row, norm_type) for row in per_param])
     if max_norm is None:
         return norms
     coef = (float(max_norm) / (norms + 1e-6)).clamp(max=1.0)  # [S]
@@ -666,8 +661,9 @@ class SeedViews:
         """Drop the gradients of the stacked parameters and of the views."""
         for p in self.stacked:
             p.grad = None
-        for v in self.parameters():
-            v.grad = None
+        for views in self.per_seed:
+            for v in views:
+                v.grad = None
 
     def attach_grads(self, step_mask: Tensor | Sequence[bool] | None = None) -> None:
         """Give seed k's views seed k's slice of the stacked gradients where ``step_mask[k]``

@@ -145,16 +145,14 @@ class SeedTypeActor(ActorCore):
         self.num_seeds = len(actors)
         self.obs_dim, self.n_agents, self.n_actions = first.obs_dim, first.n_agents, first.n_actions
         self.backbone = stack_backbones([a.backbone for a in actors])
+        #: whether the backbone carries a state across steps (gru, mamba): fixed, as it is
+        self.is_recurrent = bool(self.backbone.is_recurrent)
         self.head = SeedLinear.from_modules([a.head for a in actors])
         self.pad = first.pad
         self.register_buffer("agent_onehot", first.agent_onehot.clone(), persistent=False)
         self._template: tuple[TypeActor] = (copy.deepcopy(first),)
         #: the unbatched backbone burns in each seed's units as its own actor does
         self.per_run_burn_in = isinstance(self.backbone, SeedLoopBackbone)
-
-    @property
-    def is_recurrent(self) -> bool:
-        return bool(self.backbone.is_recurrent)
 
     # -- stacking ----------------------------------------------------------------------------
 
@@ -302,6 +300,7 @@ class SeedSharedTypeActor(SharedView, SeedTypeActor):  # type: ignore[misc]
     def __init__(self, core: SeedTypeActor, view: SharedTypeActor) -> None:
         nn.Module.__init__(self)
         self.num_seeds, self.per_run_burn_in = core.num_seeds, core.per_run_burn_in
+        self.is_recurrent = core.is_recurrent
         self.obs_dim, self.n_agents, self.n_actions = view.obs_dim, view.n_agents, view.n_actions
         self.pad = view.pad
         self._core = (core,)
