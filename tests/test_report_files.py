@@ -18,6 +18,7 @@ import pytest
 from PIL import Image
 
 from marl.experiments import persist, report
+from marl.experiments.report.summary import summary_text
 
 matplotlib.use("Agg", force=True)
 import matplotlib.pyplot as plt  # noqa: E402
@@ -99,7 +100,7 @@ def test_compact_reports_rewrites_the_plots_only(tmp_path: Path) -> None:
     before, after = persist.compact_reports(str(study))
     assert 0 < after < before
     for where in (study, study / "at_100_env_steps"):
-        assert (where / "summary.json").read_text() == json.dumps(summary, indent=1) + "\n"
+        assert (where / "summary.json").read_text() == summary_text(summary)
         with Image.open(where / "plots" / "learning_curves.png") as image:
             assert image.mode == "P"
     assert np.abs(_rgb(study / "plots" / "learning_curves.png") - pixels).max() <= 64
@@ -179,15 +180,16 @@ def _numbers(tree, path=()):
 @pytest.mark.parametrize("indent", [1, 2])
 def test_plotted_curves_are_rounded_and_nothing_else(tmp_path: Path, indent: int) -> None:
     """``--reports`` (and every report written now) keeps the plotted-only curves at 7
-    significant digits, within 5e-7 relative; every other number, the key order and the
-    layout stay as they were; a second pass changes nothing."""
+    significant digits, within 5e-7 relative; every other number and the key order stay as
+    they were, in the layout reports write now whatever the old indent; a second pass changes
+    nothing."""
     summary = _curvy_summary(np.random.default_rng(0))
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(summary, indent=indent) + "\n")
     persist.compact_reports(str(tmp_path))
     text = path.read_text()
     rounded = json.loads(text)
-    assert text == json.dumps(rounded, indent=indent) + "\n"
+    assert text == summary_text(rounded)
     assert list(_numbers(rounded)) != list(_numbers(summary))
     for (where, old), (where_new, new) in zip(_numbers(summary), _numbers(rounded), strict=True):
         assert where == where_new
@@ -217,3 +219,45 @@ def test_write_all_rounds_the_file_not_the_summary(tmp_path: Path, monkeypatch) 
         assert mean == [float(f"{v:.7g}") for v in old["curves"]["episode/success"]["mean"]]
         assert mean != old["curves"]["episode/success"]["mean"]
     assert summary["variants"] == kept["variants"]
+
+
+def test_summary_text_layout_by_hand() -> None:
+    """One space per level, keys in order, lists of plain values on one line, lists holding
+    mappings or lists one item per line; read back to the last digit."""
+    summary = {
+        "b": {"values": [0.1, 1 / 3, None, True, "x"], "empty": {}, "none": []},
+        "a": [{"n": 1}, [2, 3]],
+        "p": 2 / 3,
+    }
+    expected = (
+        "{\n"
+        ' "b": {\n'
+        '  "values": [0.1,0.3333333333333333,null,true,"x"],\n'
+        '  "empty": {},\n'
+        '  "none": []\n'
+        " },\n"
+        ' "a": [\n'
+        "  {\n"
+        '   "n": 1\n'
+        "  },\n"
+        "  [2,3]\n"
+        " ],\n"
+        ' "p": 0.6666666666666666\n'
+        "}\n"
+    )
+    assert summary_text(summary) == expected
+    assert json.loads(expected) == summary
+    with pytest.raises(ValueError):
+        summary_text({"x": [float("nan")]})
+    assert summary_text({"x": [float("nan")]}, allow_nan=True) == '{\n "x": [NaN]\n}\n'
+
+
+def test_summary_text_is_smaller_than_indent_one(tmp_path: Path) -> None:
+    """The layout's point (issue 51's budget): on a summary of curves, at least a fifth fewer
+    bytes than ``json.dumps(indent=1)``, and the same values."""
+    summary = _curvy_summary(np.random.default_rng(2))
+    for entry in summary["variants"].values():
+        entry["curves"]["episode/success"]["mean"] *= 50
+    text = summary_text(summary)
+    assert json.loads(text) == summary
+    assert len(text) <= 0.8 * len(json.dumps(summary, indent=1))

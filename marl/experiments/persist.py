@@ -575,33 +575,33 @@ def restore_study(study: str, out: str) -> int:
     return n
 
 
-def _round_summary_file(path: str) -> int:
-    """Rewrite the summary.json ``path`` with its plotted-only curves at the digits reports
-    write now (:func:`~marl.experiments.report.summary.round_plotted`), in the layout it was
-    written in (indent 1 or 2, and ``NaN`` where it had one), when that changes a number;
-    returns its size in bytes. A summary whose layout json cannot reproduce is left as it is
-    (rewriting it would rewrite every line)."""
-    from marl.experiments.report.summary import round_plotted
+def _rewrite_summary_file(path: str) -> int:
+    """Rewrite the summary.json ``path`` as reports write it now: its plotted-only curves at
+    their digits (:func:`~marl.experiments.report.summary.round_plotted`; every other number
+    as it is, ``NaN`` kept where it had one) in
+    :func:`~marl.experiments.report.summary.summary_text`'s layout; returns its size in bytes.
+    The new text is read back and checked to hold the same values before it replaces the old."""
+    from marl.experiments.report.summary import round_plotted, summary_text
 
     with open(path) as fh:
         raw = fh.read()
-    summary = json.loads(raw)
-    rounded = round_plotted(summary)
-    if rounded != summary:
-        for indent in (1, 2):
-            if json.dumps(summary, indent=indent) + "\n" == raw:
-                atomic_write_text(path, json.dumps(rounded, indent=indent) + "\n")
-                break
+    rounded = round_plotted(json.loads(raw))
+    text = summary_text(rounded, allow_nan=True)
+    if text != raw:
+        if json.dumps(json.loads(text)) != json.dumps(rounded):
+            raise PersistError(f"{path}: the rewritten summary.json would not read back equal")
+        atomic_write_text(path, text)
     return os.path.getsize(path)
 
 
 def compact_reports(root: str) -> tuple[int, int]:
     """Re-encode every PNG under ``root`` (``runs/`` folders left alone) with a palette of at
     most 256 colours, as :mod:`marl.experiments.report` writes plots now
-    (:func:`~marl.experiments.report.compact_png`; a palette PNG is left as it is), and write
-    every ``summary.json``'s plotted-only curves at the digits reports write now (every other
-    number, verdict and p-value as it is). For studies published before: nothing is
-    recomputed and no run is needed. Returns (bytes before, bytes after)."""
+    (:func:`~marl.experiments.report.compact_png`; a palette PNG is left as it is), and
+    rewrite every ``summary.json`` as reports write it now (its plotted-only curves at their
+    digits, lists of values on one line; every other number, verdict and p-value as it is).
+    For studies published before: nothing is recomputed and no run is needed. Returns (bytes
+    before, bytes after)."""
     from marl.experiments.report import compact_png
 
     if not os.path.isdir(root):
@@ -613,7 +613,7 @@ def compact_reports(root: str) -> tuple[int, int]:
             path = os.path.join(folder, name)
             before += os.path.getsize(path)
             if name == "summary.json":
-                after += _round_summary_file(path)
+                after += _rewrite_summary_file(path)
             else:
                 after += compact_png(path, path)
     return before, after
@@ -673,9 +673,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument(
         "--reports",
         metavar="DIR",
-        help="re-encode the plots (PNGs) under DIR with at most 256 colours, and round the "
-        "plotted-only curves of its summary.json files to 7 significant digits, as reports write "
-        "them now (runs/ left alone): for studies published before",
+        help="re-encode the plots (PNGs) under DIR with at most 256 colours, and rewrite its "
+        "summary.json files as reports write them now (plotted-only curves at 7 significant "
+        "digits, lists of values on one line; runs/ left alone): for studies published before",
     )
     parser.add_argument(
         "--policies",

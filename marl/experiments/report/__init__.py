@@ -69,7 +69,6 @@ CIs are ``[low, high]`` or ``None`` (fewer than two runs).
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -88,7 +87,7 @@ from marl.experiments.report.metrics import (
 from marl.experiments.report.plots import compact_png, make_plots, save_png
 from marl.experiments.report.provenance import PACKAGES, MixedCodeError, environment_info
 from marl.experiments.report.runs_csv import RUNS_CSV_COLUMNS, write_runs_csv
-from marl.experiments.report.summary import build_summary, jsonable, round_plotted
+from marl.experiments.report.summary import build_summary, jsonable, round_plotted, summary_text
 from marl.run.rundir import atomic_write_text
 
 __all__ = [
@@ -114,13 +113,14 @@ __all__ = [
 
 
 def write_all(summary: dict[str, Any], out: str, *, plots: bool = True) -> dict[str, Any]:
-    """Write plots (unless ``plots=False``), ``summary.json`` (its plotted-only curves at
+    """Write plots (unless ``plots=False``), ``summary.json`` (in
+    :func:`~marl.experiments.report.summary.summary_text`'s layout, its plotted-only curves at
     :data:`~marl.experiments.report.summary.PLOTTED_DIGITS` significant digits; the returned
     summary keeps every digit), ``report.md`` and ``runs.csv`` (:func:`write_runs_csv`) into
     ``out``."""
     os.makedirs(out, exist_ok=True)
     summary["plots"] = make_plots(summary, out) if plots else []
-    text = json.dumps(round_plotted(jsonable(summary)), indent=1, allow_nan=False) + "\n"
+    text = summary_text(round_plotted(jsonable(summary)))
     atomic_write_text(os.path.join(out, "summary.json"), text)
     write_report(summary, out)
     write_runs_csv(summary, out)

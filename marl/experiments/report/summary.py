@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -206,6 +207,26 @@ def round_plotted(summary: Mapping[str, Any]) -> dict[str, Any]:
             for name, entry in variants.items()
         }
     return out
+
+
+def summary_text(summary: Mapping[str, Any], *, allow_nan: bool = False) -> str:
+    """``summary`` (plain JSON values) as summary.json's text: indented by one space per
+    level, keys in their order, and every list of plain values (numbers, strings, booleans,
+    null) on one line. ``json.loads`` of it gives ``summary`` back, every float to the last
+    digit; the lists on one line take about 30% fewer bytes than one value per line
+    (issue 51's budget) and still diff by row."""
+
+    def text(value: Any, depth: int) -> str:
+        inner, outer = " " * (depth + 1), " " * depth
+        if isinstance(value, Mapping) and value:
+            items = (f"{inner}{json.dumps(str(k))}: {text(v, depth + 1)}" for k, v in value.items())
+            return "{\n" + ",\n".join(items) + "\n" + outer + "}"
+        if isinstance(value, list) and any(isinstance(v, Mapping | list) for v in value):
+            items = (inner + text(v, depth + 1) for v in value)
+            return "[\n" + ",\n".join(items) + "\n" + outer + "]"
+        return json.dumps(value, separators=(",", ": "), allow_nan=allow_nan)
+
+    return text(summary, 0) + "\n"
 
 
 def jsonable(obj: Any) -> Any:
