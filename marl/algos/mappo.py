@@ -4,12 +4,13 @@ One iteration reads top to bottom in :meth:`SeedMAPPO.iteration` and :meth:`Seed
 for S runs at once; a plain run is a batch of one (:attr:`MAPPO.trainer`):
 
 1. **collect** ``T`` steps from ``E`` envs (:class:`marl.rollout.collect.RolloutCollector`) with the
-   critic's team values ``[T, E, K]`` and per-agent individual values ``[T, E, N, K]``
-   (K = ensemble size), and the values of truncated episodes' final states;
+   critic's team values ``[T, E, G * K]`` and per-agent individual values ``[T, E, N, K]``
+   (K = ensemble size; G critics, one unless ``--share-critic`` is ``type`` or ``none``), and
+   the values of truncated episodes' final states;
 2. **advantages per channel**: GAE (:func:`marl.advantages.gae`) for the team channel (team
    reward) and the individual channel (individual reward, plus the penalty reward unless
    penalty shaping is on or ``penalty_channel='none'``), for every ensemble head; the K heads'
-   advantages are averaged;
+   advantages are averaged, and each agent takes the team advantage of its own critic;
 3. **whitening** (:class:`marl.whitening.AdvantageWhitener`): by default ``team_individual``
    (team and individual advantages whitened separately per agent type, mixed by alpha); any
    other scheme whitens ``team + individual``; then the symmetric clip ``adv_clip``. Optional
@@ -73,7 +74,7 @@ from marl.core.losses import (
     linear_schedule,
 )
 from marl.core.whitening import GroupKeys, advantage_stats, whiten
-from marl.models.policies import AgentLayout, CentralCritic, MultiAgentPolicy
+from marl.models.policies import SHARE_CRITIC, AgentLayout, MultiAgentPolicy, make_critic
 from marl.rollout.collect import RolloutBatch, RolloutCollector, SeedRolloutBatch, stack_runs
 from marl.run.distributed import DistContext, broadcast_parameters
 
@@ -167,6 +168,17 @@ class MAPPOConfig(BaseConfig):
     gamma: float = _f(0.99, "Discount factor.")
     gae_lambda: float = _f(0.95, "GAE lambda.")
     critic_hidden_dim: int = _f(64, "Centralised critic MLP width.")
+    share_critic: str = _f(
+        "all",
+        "Critic parameter sharing; every critic sees the whole state(). all: one critic for "
+        "every agent (a team value head and one individual value head per agent). type: one "
+        "critic per agent type, each with its own team value and its agents' individual "
+        "values; each agent's team advantage comes from its type's critic. none: one critic "
+        "per agent. Critics share no parameters; a run's value loss (team heads and agents "
+        "averaged) and its gradient clip span all of them. type with one agent type, or none "
+        "with one agent, is all.",
+        choices=SHARE_CRITIC,
+    )
     critic_lr: float | None = _f(None, "Critic learning rate (None: same as lr).")
     value_epochs: int | None = _f(
         2,
@@ -259,22 +271,23 @@ class MAPPOAdvantages:
 
     raw: Tensor  # [T, E, N] the mix before whitening (alpha-weighted or summed)
     final: Tensor  # [T, E, N] what the policy loss uses
-    returns_team: Tensor  # [T, E, K] GAE returns (value targets), unnormalised
+    returns_team: Tensor  # [T, E, G * K] GAE returns (value targets), unnormalised
     returns_individual: Tensor  # [T, E, N, K]
-    values_team: Tensor  # [T, E, K] the rollout's values, unnormalised
+    values_team: Tensor  # [T, E, G * K] the rollout's values, unnormalised
     values_individual: Tensor  # [T, E, N, K]
     clip_frac: float  # fraction of advantages clipped by adv_clip
     penalty_beta: float | None  # the shaping coefficient, when penalty shaping is on
 
     def explained_variance(self) -> float:
         """How much of the returns' variance the rollout's values explain (team and
-        individual channels together, ensemble heads averaged)."""
+        individual channels together, each critic's ensemble heads averaged)."""
+        K = self.values_individual.shape[-1]
+        team_v, team_r = (x.unflatten(-1, (-1, K)).mean(-1).reshape(-1)
+                          for x in (self.values_team, self.returns_team))  # fmt: skip
         return explained_variance(
-            torch.cat([self.values_team.mean(-1).reshape(-1),
-                       self.values_individual.mean(-1).reshape(-1)]),
-            torch.cat([self.returns_team.mean(-1).reshape(-1),
-                       self.returns_individual.mean(-1).reshape(-1)]),
-        )  # fmt: skip
+            torch.cat([team_v, self.values_individual.mean(-1).reshape(-1)]),
+            torch.cat([team_r, self.returns_individual.mean(-1).reshape(-1)]),
+        )
 
 
 def episode_segments(episode_start: Tensor, window: int) -> Tensor:
@@ -312,9 +325,9 @@ class MAPPO(Algorithm):
         self.layout = AgentLayout.from_env(self.vec)
         N = self.layout.n_agents
         self.policy = MultiAgentPolicy.from_config(self.layout, cfg).to(self.device)
-        self.critic = CentralCritic(
-            self.layout.state_dim, N, cfg.critic_hidden_dim, cfg.value_ensemble, cfg.activation
-        ).to(self.device)
+        self.critic = make_critic(self.layout, cfg).to(self.device)
+        #: agent i's critic (its team advantage comes from that critic's team value) ``[N]``
+        self.critic_of_agent = torch.tensor(self.critic.groups, device=self.device)
         if self.distributed:
             broadcast_parameters(self.policy, ctx)
             broadcast_parameters(self.critic, ctx)
@@ -388,7 +401,7 @@ class MAPPO(Algorithm):
 
     @torch.no_grad()
     def values(self, state: Tensor) -> tuple[Tensor, Tensor]:
-        """``state [M, S]`` -> critic outputs ``[M, K]``, ``[M, N, K]`` (normalised space)."""
+        """``state [M, S]`` -> critic outputs ``[M, G * K]``, ``[M, N, K]`` (normalised space)."""
         return self.critic(state)
 
     def update(self, batch: RolloutBatch, progress: float) -> dict[str, float]:
@@ -411,7 +424,7 @@ class MAPPO(Algorithm):
         """
         cfg = self.cfg
         T, E, N = batch.num_steps, batch.num_envs, self.layout.n_agents
-        K = batch.values_team.shape[-1]
+        GK, K = batch.values_team.shape[-1], batch.values_individual.shape[-1]  # G critics
         v_team, v_ind = self._denormalize(batch.values_team, batch.values_individual)
         next_team, next_ind = self._denormalize(
             batch.next_values_team, batch.next_values_individual
@@ -431,11 +444,11 @@ class MAPPO(Algorithm):
             if not torch.isfinite(x).all():
                 raise NonFiniteError(name)
         team_adv, team_ret = gae(
-            batch.reward_team[..., None].expand(T, E, K),
+            batch.reward_team[..., None].expand(T, E, GK),
             v_team,
             next_team,
-            term[..., None].expand(T, E, K),
-            trunc[..., None].expand(T, E, K),
+            term[..., None].expand(T, E, GK),
+            trunc[..., None].expand(T, E, GK),
             gamma=cfg.gamma,
             lam=cfg.gae_lambda,
         )
@@ -448,13 +461,14 @@ class MAPPO(Algorithm):
             gamma=cfg.gamma,
             lam=cfg.gae_lambda,
         )
-        team = team_adv.mean(-1)[..., None].expand(T, E, N)  # [T, E, N]
+        # each critic's heads averaged [T, E, G], then each agent's critic's [T, E, N]
+        team = team_adv.unflatten(-1, (-1, K)).mean(-1)[..., self.critic_of_agent]
         individual = ind_adv.mean(-1)  # [T, E, N]
         for name, x in (("advantages/team", team), ("advantages/individual", individual)):
             if not torch.isfinite(x).all():
                 raise NonFiniteError(name)
         keys = self.group_keys(batch)
-        raw, final = self.mix_and_whiten(team.contiguous(), individual, keys, mask=batch.active)
+        raw, final = self.mix_and_whiten(team, individual, keys, mask=batch.active)
         beta = None
         if shaping:
             beta = float(self.penalty_schedule(progress))
@@ -595,7 +609,8 @@ class MAPPO(Algorithm):
     # -- critic ----------------------------------------------------------------------------
     def value_targets(self, adv: MAPPOAdvantages) -> tuple[Tensor, Tensor]:
         """The ValueNorm update on the rollout's returns, then the returns normalised: the
-        critic's targets ``[T, E, K]`` (team) and ``[T, E, N, K]`` (individual)."""
+        critic's targets ``[T, E, G * K]`` (team; one normaliser for every team head) and
+        ``[T, E, N, K]`` (individual)."""
         if self.value_norm_team is not None:
             N = adv.returns_individual.shape[-2]
             self.value_norm_team.update(adv.returns_team.reshape(-1, 1))

@@ -4,7 +4,7 @@
 ends here, as the policy's side ends in :class:`marl.algos.ppo.PolicyUpdate`. Each value
 epoch, per minibatch::
 
-    pred = critic(states)                              [S, b, K], [S, b, N, K]
+    pred = critic(states)                              [S, b, G * K], [S, b, N, K]
     loss = value_loss(team) + value_loss(individual)   [S]: each run's (clipped) mean
     optimizer.zero_grad(); loss.sum().backward()       (run k's parameters get d loss[k])
     average_gradients (distributed, one run per rank)
@@ -26,8 +26,8 @@ from torch import Tensor
 from marl.algos.ppo import alias_parameters, take_rows
 from marl.core.losses import value_loss
 from marl.core.seed_batched import SeedViews, clip_grad_norm_per_seed_
-from marl.models.policies import CentralCritic
-from marl.models.seed_policies import SeedCentralCritic
+from marl.models.policies import CentralCritic, GroupedCritic
+from marl.models.seed_policies import stack_critics
 from marl.run.distributed import DistContext, average_gradients
 
 __all__ = ["ValueTargets", "ValueUpdate"]
@@ -35,7 +35,7 @@ __all__ = ["ValueTargets", "ValueUpdate"]
 
 class ValueTargets:
     """One rollout's value-update data of S runs (``M = T * E`` states each): ``states [S,
-    M, D_s]``, the critic's old outputs ``old_team [S, M, K]`` and ``old_ind [S, M, N, K]``,
+    M, D_s]``, the critic's old outputs ``old_team [S, M, G * K]`` and ``old_ind [S, M, N, K]``,
     the (normalised) targets of the same shapes, and ``active [S, M, N, 1]`` bool (None:
     every agent counts)."""
 
@@ -60,12 +60,12 @@ class ValueTargets:
 
 
 class ValueUpdate:
-    """Adam on S runs' :class:`CentralCritic` (stacked) and their value epochs (see the
-    module docstring)."""
+    """Adam on S runs' critics (:class:`CentralCritic` or :class:`GroupedCritic`, stacked)
+    and their value epochs (see the module docstring)."""
 
     def __init__(
         self,
-        critic: CentralCritic | Sequence[CentralCritic],
+        critic: CentralCritic | GroupedCritic | Sequence[CentralCritic | GroupedCritic],
         *,
         lr: float,
         num_minibatches: int,
@@ -73,7 +73,7 @@ class ValueUpdate:
         value_clip: float | None,
         ctx: DistContext | None = None,
     ) -> None:
-        self.critics = [critic] if isinstance(critic, CentralCritic) else list(critic)
+        self.critics = [critic] if isinstance(critic, torch.nn.Module) else list(critic)
         self.num_runs = len(self.critics)
         self.ctx = ctx
         self.distributed = ctx is not None and ctx.enabled
@@ -82,7 +82,7 @@ class ValueUpdate:
         self.num_minibatches, self.max_grad_norm = num_minibatches, max_grad_norm
         self.value_clip = value_clip
         #: the runs' critics stacked: ``[S, ...]`` parameters
-        self.stack = SeedCentralCritic(self.critics)
+        self.stack = stack_critics(self.critics)
         names = {one: stacked for stacked, one in self.stack.single_seed_names().items()}
         stacked = dict(self.stack.named_parameters())
         self.views = SeedViews([stacked[names[n]] for n, _ in self.critics[0].named_parameters()])
@@ -94,7 +94,7 @@ class ValueUpdate:
     @classmethod
     def from_config(
         cls,
-        critic: CentralCritic | Sequence[CentralCritic],
+        critic: CentralCritic | GroupedCritic | Sequence[CentralCritic | GroupedCritic],
         cfg: Any,
         *,
         ctx: DistContext | None = None,

@@ -12,8 +12,9 @@ modules, ``TypeActor`` the same core on one run's own modules (S = 1).
 :class:`SeedTypeActor`          S :class:`marl.models.policies.TypeActor` of one agent type
 :class:`SeedMultiAgentPolicy`   S :class:`marl.models.policies.MultiAgentPolicy`
 :class:`SeedCentralCritic`      S :class:`marl.models.policies.CentralCritic`
+:class:`SeedGroupedCritic`      S :class:`marl.models.policies.GroupedCritic`
 :func:`stack_policies`          S TypeActor or MultiAgentPolicy -> the seed module
-:func:`stack_critics`           S CentralCritic -> :class:`SeedCentralCritic`
+:func:`stack_critics`           S CentralCritic or GroupedCritic -> the seed module
 :func:`stack_backbones`         S backbones of ``seqmodels.backbones`` -> a seed backbone
 :func:`build_seed_policies`     the trainer's initialisation for each seed, stacked, and a
                                 generator per seed continuing that run's global generator
@@ -67,12 +68,14 @@ from marl.models.policies import (
     ActorCore,
     AgentLayout,
     CentralCritic,
+    GroupedCritic,
     MaskedCategorical,
     MultiAgentPolicy,
     SharedTypeActor,
     SharedView,
     TypeActor,
     act_per_type,
+    make_critic,
     neg_gumbel_noise,
 )
 from marl.models.seed_backbones import (
@@ -92,6 +95,7 @@ __all__ = [
     "SEED_BACKBONES",
     "SeedBackbone",
     "SeedCentralCritic",
+    "SeedGroupedCritic",
     "SeedGRUBackbone",
     "SeedLoopBackbone",
     "SeedMLPBackbone",
@@ -463,8 +467,67 @@ class SeedCentralCritic(nn.Module):
         return team, individual
 
 
-def stack_critics(critics: Sequence[CentralCritic]) -> SeedCentralCritic:
-    """S single-seed critics, seed k = ``critics[k]``, as one :class:`SeedCentralCritic`."""
+class SeedGroupedCritic(nn.Module):
+    """S :class:`marl.models.policies.GroupedCritic`, stacked: each of the G critics a
+    :class:`SeedCentralCritic` of the runs' critic g; ``forward(state [S, ..., state_dim]) ->
+    (team [S, ..., G * K], individual [S, ..., N, K])``."""
+
+    def __init__(self, critics: Sequence[GroupedCritic]) -> None:
+        super().__init__()
+        critics = _same_type(critics, GroupedCritic, "critic")
+        first = critics[0]
+        for i, c in enumerate(critics):
+            if (c.groups, c.ensemble) != (first.groups, first.ensemble):
+                raise ValueError(f"critic {i} has another (groups, ensemble) than critic 0")
+        self.num_seeds = len(critics)
+        self.n_agents, self.ensemble = first.n_agents, first.ensemble
+        self.groups, self.num_critics = first.groups, first.num_critics
+        self.members = nn.ModuleList(
+            SeedCentralCritic([c.members[g] for c in critics]) for g in range(self.num_critics)
+        )
+        self.register_buffer("gather", first.gather.clone(), persistent=False)
+        self._template: tuple[GroupedCritic] = (copy.deepcopy(first),)
+
+    def single_seed_names(self) -> dict[str, str]:
+        """Stacked parameter name -> the single-seed ``GroupedCritic``'s parameter name."""
+        return {
+            f"members.{g}.{stacked}": f"members.{g}.{one}"
+            for g, member in enumerate(self.members)
+            for stacked, one in member.single_seed_names().items()
+        }
+
+    def seed_state_dict(self, seed: int) -> dict[str, Tensor]:
+        """Seed ``seed``'s parameters (views) under the ``GroupedCritic`` names."""
+        params = dict(self.named_parameters())
+        return {single: params[name][seed] for name, single in self.single_seed_names().items()}
+
+    def unstack(self) -> list[GroupedCritic]:
+        """S single-seed ``GroupedCritic`` with copies of each seed's parameters."""
+        device = self.gather.device
+        critics = []
+        for k in range(self.num_seeds):
+            critic = copy.deepcopy(self._template[0]).to(device)
+            critic.load_state_dict(self.seed_state_dict(k))
+            critics.append(critic)
+        return critics
+
+    def forward(self, state: Tensor) -> tuple[Tensor, Tensor]:
+        """state ``[S, ..., state_dim]`` -> (team ``[S, ..., G * K]``, individual ``[S, ...,
+        N, K]``), as :meth:`GroupedCritic.forward` of each run."""
+        outs = [member(state) for member in self.members]
+        team = torch.cat([t for t, _ in outs], dim=-1)
+        individual = torch.cat([i for _, i in outs], dim=-2).index_select(-2, self.gather)
+        return team, individual
+
+
+def stack_critics(
+    critics: Sequence[CentralCritic | GroupedCritic],
+) -> SeedCentralCritic | SeedGroupedCritic:
+    """S single-seed critics, seed k = ``critics[k]``, as one :class:`SeedCentralCritic` (or
+    :class:`SeedGroupedCritic` for grouped ones)."""
+    critics = list(critics)
+    if critics and isinstance(critics[0], GroupedCritic):
+        return SeedGroupedCritic(critics)
     return SeedCentralCritic(critics)
 
 
@@ -478,8 +541,8 @@ class SeedPolicies(NamedTuple):
 
     #: seed k's ``MultiAgentPolicy`` at stack index k
     policy: SeedMultiAgentPolicy
-    #: seed k's ``CentralCritic`` at stack index k (None without a critic: GRPO)
-    critic: SeedCentralCritic | None
+    #: seed k's critic at stack index k (None without a critic: GRPO)
+    critic: SeedCentralCritic | SeedGroupedCritic | None
     #: one CPU generator per seed, in the state torch's global generator has in a
     #: single-seed run right after its modules were built: the stand-in for the global
     #: generator wherever that run draws from it next (rollout noise, minibatch permutations)
@@ -501,8 +564,8 @@ def build_seed_policies(
     The trainer (``marl.run.train.train``) seeds torch's global generator with the run's seed
     and then constructs the algorithm, whose constructor (``MAPPO.__init__``,
     ``GRPO.__init__``) builds the vector env, then ``MultiAgentPolicy(layout, backbone,
-    hidden_dim, activation)`` and (MAPPO) ``CentralCritic(state_dim, N, critic_hidden_dim,
-    value_ensemble, activation)`` on the CPU, then moves them to the device. This does the
+    hidden_dim, activation)`` and (MAPPO) its critic (``make_critic(layout, cfg)``) on the
+    CPU, then moves them to the device. This does the
     same for each seed inside ``torch.random.fork_rng``, so the global generator is left as
     it was. (The env is built once by the caller, ``layout``: building one draws nothing
     from torch's generator for the project's envs; tests/test_seed_policies.py pins the
@@ -511,8 +574,8 @@ def build_seed_policies(
 
     Args:
         cfg: the run's config (``MAPPOConfig`` / ``GRPOConfig``): reads ``backbone``,
-            ``hidden_dim``, ``activation``, and with ``critic`` ``critic_hidden_dim`` and
-            ``value_ensemble``.
+            ``hidden_dim``, ``activation``, and with ``critic`` ``critic_hidden_dim``,
+            ``value_ensemble`` and ``share_critic``.
         seeds: the S run seeds, seed k's modules at stack index k.
         layout: the env's agent layout (``AgentLayout.from_env``).
         critic: build MAPPO's centralised critic too (False for GRPO: ``critic`` is None).
@@ -530,18 +593,10 @@ def build_seed_policies(
             torch.manual_seed(seed)
             policies.append(MultiAgentPolicy.from_config(layout, cfg))
             if critic:
-                critics.append(
-                    CentralCritic(
-                        layout.state_dim,
-                        layout.n_agents,
-                        cfg.critic_hidden_dim,
-                        cfg.value_ensemble,
-                        cfg.activation,
-                    )
-                )
+                critics.append(make_critic(layout, cfg))
             generator = torch.Generator()
             generator.set_state(torch.get_rng_state())
             generators.append(generator)
     seed_policy = SeedMultiAgentPolicy(policies).to(device)
-    seed_critic = SeedCentralCritic(critics).to(device) if critic else None
+    seed_critic = stack_critics(critics).to(device) if critic else None
     return SeedPolicies(seed_policy, seed_critic, generators)

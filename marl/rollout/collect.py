@@ -28,7 +28,7 @@ size, K value heads); one run's batch has no leading S, and run k's slice of a s
 - ``reward_team: [S, T, E]``, ``reward_individual``, ``reward_penalty: [S, T, E, N]``
 - ``terminated``, ``truncated``, ``episode_start: [S, T, E]`` bool (``episode_start[t]``:
   the observation at t is the first of an episode)
-- ``state: [S, T, E, D_s]``; ``values_team: [S, T, E, K]``, ``values_individual: [S, T, E,
+- ``state: [S, T, E, D_s]``; ``values_team: [S, T, E, G * K]``, ``values_individual: [S, T, E,
   N, K]``; ``next_values_*``: value of the next state in the same episode (the final state's
   value where the episode was truncated; zero where it terminated)
 - ``window_states[k]``: the actor state before step ``t`` for each ``t`` in
@@ -662,14 +662,14 @@ class RolloutCollector:
         truncated episodes (run k has ``F_k``) go through ``value_fn`` in one call per
         distinct ``F_k``, run k's rows at its own index and zeros for the runs with another
         count: run k's rows always make an ``[F_k, D_s]`` block, whatever the other runs
-        did. Returns ``values_team [S, T, E, K]``, ``values_individual [S, T, E, N, K]`` and
+        did. Returns ``values_team [S, T, E, G * K]``, ``values_individual [S, T, E, N, K]`` and
         the next values of the same shapes (the final state's value where the episode was
         truncated, zero where it terminated)."""
         S, T, E = cont.shape
         N = self.layout.n_agents
         all_team, all_ind = value_fn(state_all)
-        K = all_team.shape[-1]
-        vt = all_team[:, : T * E].reshape(S, T, E, K)
+        GK, K = all_team.shape[-1], all_ind.shape[-1]  # G critics' team heads
+        vt = all_team[:, : T * E].reshape(S, T, E, GK)
         vi = all_ind[:, : T * E].reshape(S, T, E, N, K)
         last_team, last_ind = all_team[:, T * E :], all_ind[:, T * E :]
         nvt, nvi = torch.zeros_like(vt), torch.zeros_like(vi)
