@@ -43,6 +43,7 @@ __all__ = [
     "SeedGRUBackbone",
     "SeedLoopBackbone",
     "SeedMLPBackbone",
+    "Unstacks",
     "stack_backbones",
 ]
 
@@ -99,7 +100,36 @@ def _stack_states(per_seed: Sequence[State]) -> State:
 # ------------------------------------------------------------------------------------------
 
 
-class SeedBackbone(nn.Module):
+class Unstacks:
+    """What every stacked module does with its seeds, from its ``single_seed_names()``
+    (stacked parameter name -> the single-seed module's), ``num_seeds`` and ``_template`` (a
+    copy of seed 0's single-seed module, not a submodule)."""
+
+    num_seeds: int
+    _template: tuple[nn.Module]
+
+    def seed_state_dict(self, seed: int) -> dict[str, Tensor]:
+        """Seed ``seed``'s parameters (views of the stack) under the single-seed names: a
+        ``state_dict`` that the single-seed module loads."""
+        params = dict(self.named_parameters())  # type: ignore[attr-defined]
+        return {single: params[name][seed] for name, single in self.single_seed_names().items()}
+
+    def single_seed_names(self) -> dict[str, str]:
+        """Stacked parameter name -> the single-seed module's parameter name."""
+        raise NotImplementedError
+
+    def unstack(self) -> list[Any]:
+        """S single-seed modules holding copies of each seed's parameters."""
+        device = next(self.parameters()).device  # type: ignore[attr-defined]
+        modules = []
+        for k in range(self.num_seeds):
+            module = copy.deepcopy(self._template[0]).to(device)
+            module.load_state_dict(self.seed_state_dict(k))
+            modules.append(module)
+        return modules
+
+
+class SeedBackbone(Unstacks, nn.Module):
     """S backbones of one kind with a leading seed axis (``seqmodels.backbones``' contract)::
 
         initial_state(batch) -> tuple of [S, batch, ...]
@@ -126,26 +156,6 @@ class SeedBackbone(nn.Module):
         #: seed 0's module, the structure :meth:`unstack` copies (not a submodule: its
         #: parameters are not the stack's)
         self._template: tuple[Backbone] = (copy.deepcopy(first),)
-
-    def single_seed_names(self) -> dict[str, str]:
-        """Stacked parameter name -> the single-seed backbone's parameter name."""
-        raise NotImplementedError
-
-    def seed_state_dict(self, seed: int) -> dict[str, Tensor]:
-        """Seed ``seed``'s parameters (views of the stack) under the single-seed names: a
-        ``state_dict`` that a single-seed backbone of this kind loads."""
-        params = dict(self.named_parameters())
-        return {single: params[name][seed] for name, single in self.single_seed_names().items()}
-
-    def unstack(self) -> list[Backbone]:
-        """S single-seed backbones holding copies of each seed's parameters."""
-        weight = next(self.parameters())
-        backbones = []
-        for k in range(self.num_seeds):
-            backbone = copy.deepcopy(self._template[0]).to(weight.device)
-            backbone.load_state_dict(self.seed_state_dict(k))
-            backbones.append(backbone)
-        return backbones
 
     def _check_step(self, x: Tensor, reset: Tensor | None) -> tuple[Tensor, Tensor | None]:
         x = _check_seed_tensor(x, [self.num_seeds, None, self.input_dim], "x")

@@ -85,6 +85,7 @@ from marl.models.seed_backbones import (
     SeedLoopBackbone,
     SeedMLPBackbone,
     State,
+    Unstacks,
     _apply,
     _check_seed_tensor,
     _same_type,
@@ -130,7 +131,7 @@ def seed_neg_gumbel_noise(
     return torch.stack([neg_gumbel_noise(tuple(shape), g, device) for g in generators])
 
 
-class SeedTypeActor(ActorCore):
+class SeedTypeActor(Unstacks, ActorCore):
     """S :class:`marl.models.policies.TypeActor` of one agent type, stacked: the computations of
     :class:`~marl.models.policies.ActorCore` on stacked modules, the same methods as
     ``TypeActor`` with a leading seed axis on every input and output (module docstring)."""
@@ -166,21 +167,6 @@ class SeedTypeActor(ActorCore):
                  for s, t in self.backbone.single_seed_names().items()}  # fmt: skip
         names.update({"head.weight": "head.weight", "head.bias": "head.bias"})
         return names
-
-    def seed_state_dict(self, seed: int) -> dict[str, Tensor]:
-        """Seed ``seed``'s parameters (views) under the ``TypeActor`` names: its state_dict."""
-        params = dict(self.named_parameters())
-        return {single: params[name][seed] for name, single in self.single_seed_names().items()}
-
-    def unstack(self) -> list[TypeActor]:
-        """S single-seed ``TypeActor`` with copies of each seed's parameters."""
-        device = self.head.weight.device
-        actors = []
-        for k in range(self.num_seeds):
-            actor = copy.deepcopy(self._template[0]).to(device)
-            actor.load_state_dict(self.seed_state_dict(k))
-            actors.append(actor)
-        return actors
 
     # -- the hooks: the stacked modules ----------------------------------------------------------
 
@@ -314,7 +300,7 @@ class SeedSharedTypeActor(SharedView, SeedTypeActor):  # type: ignore[misc]
         return {}  # the parameters are the policy's ``shared``
 
 
-class SeedMultiAgentPolicy(nn.Module):
+class SeedMultiAgentPolicy(Unstacks, nn.Module):
     """S :class:`marl.models.policies.MultiAgentPolicy` of one layout: one :class:`SeedTypeActor`
     per agent type, or (``share_actor == "all"``) the shared actor stacked once
     (:attr:`shared`) and each type's :class:`SeedSharedTypeActor` view of it."""
@@ -363,21 +349,6 @@ class SeedMultiAgentPolicy(nn.Module):
     def initial_state(self, num_envs: int) -> dict[str, State]:
         return {name: actor.initial_state(num_envs) for name, actor in self.actors.items()}
 
-    def seed_state_dict(self, seed: int) -> dict[str, Tensor]:
-        """Seed ``seed``'s parameters (views) under the ``MultiAgentPolicy`` names."""
-        params = dict(self.named_parameters())
-        return {one: params[name][seed] for name, one in self.single_seed_names().items()}
-
-    def unstack(self) -> list[MultiAgentPolicy]:
-        """S single-seed ``MultiAgentPolicy`` with copies of each seed's parameters."""
-        device = next(self.parameters()).device
-        policies = []
-        for k in range(self.num_seeds):
-            policy = copy.deepcopy(self._template[0]).to(device)
-            policy.load_state_dict(self.seed_state_dict(k))
-            policies.append(policy)
-        return policies
-
     @torch.no_grad()
     def act(
         self,
@@ -415,7 +386,7 @@ def stack_policies(
 # ------------------------------------------------------------------------------------------
 
 
-class SeedCentralCritic(nn.Module):
+class SeedCentralCritic(Unstacks, nn.Module):
     """S :class:`marl.models.policies.CentralCritic`, stacked: ``forward(state [S, ..., state_dim])
     -> (team [S, ..., K], individual [S, ..., N, K])``."""
 
@@ -441,21 +412,6 @@ class SeedCentralCritic(nn.Module):
             names.update({f"{head}.{p}": f"{head}.{p}" for p in ("weight", "bias")})
         return names
 
-    def seed_state_dict(self, seed: int) -> dict[str, Tensor]:
-        """Seed ``seed``'s parameters (views) under the ``CentralCritic`` names."""
-        params = dict(self.named_parameters())
-        return {single: params[name][seed] for name, single in self.single_seed_names().items()}
-
-    def unstack(self) -> list[CentralCritic]:
-        """S single-seed ``CentralCritic`` with copies of each seed's parameters."""
-        device = self.team_head.weight.device
-        critics = []
-        for k in range(self.num_seeds):
-            critic = copy.deepcopy(self._template[0]).to(device)
-            critic.load_state_dict(self.seed_state_dict(k))
-            critics.append(critic)
-        return critics
-
     def forward(self, state: Tensor) -> tuple[Tensor, Tensor]:
         """state ``[S, ..., state_dim]`` -> (team ``[S, ..., K]``, individual ``[S, ..., N,
         K]``)."""
@@ -467,7 +423,7 @@ class SeedCentralCritic(nn.Module):
         return team, individual
 
 
-class SeedGroupedCritic(nn.Module):
+class SeedGroupedCritic(Unstacks, nn.Module):
     """S :class:`marl.models.policies.GroupedCritic`, stacked: each of the G critics a
     :class:`SeedCentralCritic` of the runs' critic g; ``forward(state [S, ..., state_dim]) ->
     (team [S, ..., G * K], individual [S, ..., N, K])``."""
@@ -495,21 +451,6 @@ class SeedGroupedCritic(nn.Module):
             for g, member in enumerate(self.members)
             for stacked, one in member.single_seed_names().items()
         }
-
-    def seed_state_dict(self, seed: int) -> dict[str, Tensor]:
-        """Seed ``seed``'s parameters (views) under the ``GroupedCritic`` names."""
-        params = dict(self.named_parameters())
-        return {single: params[name][seed] for name, single in self.single_seed_names().items()}
-
-    def unstack(self) -> list[GroupedCritic]:
-        """S single-seed ``GroupedCritic`` with copies of each seed's parameters."""
-        device = self.gather.device
-        critics = []
-        for k in range(self.num_seeds):
-            critic = copy.deepcopy(self._template[0]).to(device)
-            critic.load_state_dict(self.seed_state_dict(k))
-            critics.append(critic)
-        return critics
 
     def forward(self, state: Tensor) -> tuple[Tensor, Tensor]:
         """state ``[S, ..., state_dim]`` -> (team ``[S, ..., G * K]``, individual ``[S, ...,
