@@ -49,7 +49,6 @@ from torch import Tensor
 from marl.algos.base import Algorithm, ConfigError, resolve_algorithm
 from marl.algos.ppo import PolicyUpdate, SeedMinibatch, take_rows
 from marl.core.losses import NonFiniteError
-from marl.core.seed_batched import SeedViews, clip_grad_norm_per_seed_
 
 __all__ = ["SeedBatch", "SeedMinibatch", "take_rows", "unsupported_with_seeds", "seeded_build"]
 
@@ -216,28 +215,6 @@ class SeedBatch:
         for group, lr in zip(optimizer.param_groups, rates, strict=True):
             group["lr"] = lr
         return rates
-
-    # -- the policy update -----------------------------------------------------------------
-    def step_seeds(
-        self,
-        views: SeedViews,
-        optimizer: torch.optim.Optimizer,
-        loss: Tensor,
-        what: str,
-        stops: dict[int, str],
-    ) -> Tensor:
-        """Clip each seed's gradients by its own norm and step the seeds that train and whose
-        loss and norm are finite (one that is not is added to ``stops``; its parameters and
-        optimiser state stay as they are); returns the norms ``[S]``."""
-        norms = clip_grad_norm_per_seed_(views.stacked, self.cfg.max_grad_norm)
-        finite = (torch.isfinite(loss.detach()) & torch.isfinite(norms)).cpu()
-        for k in range(self.num_seeds):
-            if self.training(k) and k not in stops and not bool(finite[k]):
-                bad = "loss" if not torch.isfinite(loss[k]) else "grad_norm"
-                stops[k] = f"{bad} ({what})"
-        views.attach_grads([self.training(k) and k not in stops for k in range(self.num_seeds)])
-        optimizer.step()
-        return norms.detach()
 
     def plain_row(self, rows: list[dict[str, float]]) -> dict[str, float]:
         """A plain run's metrics row (the batch of one's only row, :meth:`of_run`); raises
