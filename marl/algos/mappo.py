@@ -73,8 +73,9 @@ from marl.core.losses import (
     explained_variance,
     linear_schedule,
 )
-from marl.core.whitening import GroupKeys, advantage_stats, whiten
-from marl.models.policies import SHARE_CRITIC, AgentLayout, MultiAgentPolicy, make_critic
+from marl.core.whitening import GroupKeys, advantage_stats, episode_segments, whiten
+from marl.models.critics import SHARE_CRITIC, make_critic
+from marl.models.policies import AgentLayout, MultiAgentPolicy
 from marl.rollout.collect import RolloutBatch, RolloutCollector, SeedRolloutBatch, stack_runs
 from marl.run.distributed import DistContext, broadcast_parameters
 
@@ -288,21 +289,6 @@ class MAPPOAdvantages:
             torch.cat([team_v, self.values_individual.mean(-1).reshape(-1)]),
             torch.cat([team_r, self.returns_individual.mean(-1).reshape(-1)]),
         )
-
-
-def episode_segments(episode_start: Tensor, window: int) -> Tensor:
-    """Per step and env, an id of the (training window, episode) piece it belongs to.
-
-    ``episode_start [T, E]`` bool -> ``[T, E]`` long: steps share an id when they are in the
-    same window of ``window`` steps *and* the same episode (no autoreset between them), so a
-    per-sequence statistic never mixes two episodes.
-    """
-    T, E = episode_start.shape
-    position = torch.arange(T, device=episode_start.device) % window
-    # a new piece starts at an episode start or at a window start
-    starts = episode_start | (position == 0)[:, None]
-    piece = torch.cumsum(starts.long(), dim=0) - 1  # [T, E], per env
-    return piece * E + torch.arange(E, device=episode_start.device)[None, :]
 
 
 class MAPPO(Algorithm):

@@ -26,7 +26,7 @@ from torch import Tensor
 from marl.algos.ppo import alias_parameters, take_rows
 from marl.core.losses import value_loss
 from marl.core.seed_batched import SeedViews, clip_grad_norm_per_seed_
-from marl.models.policies import CentralCritic, GroupedCritic
+from marl.models.critics import CentralCritic, GroupedCritic
 from marl.models.seed_policies import stack_critics
 from marl.run.distributed import DistContext, average_gradients
 

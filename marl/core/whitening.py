@@ -115,6 +115,7 @@ __all__ = [
     "GroupMoments",
     "RunningMoments",
     "advantage_stats",
+    "episode_segments",
     "group_moments",
     "is_whitened",
     "mix_team_individual",
@@ -698,3 +699,18 @@ def advantage_stats(x: Tensor, mask: Tensor | None = None) -> dict[str, float]:
         "neg_mean": float(v[neg].mean()) if n_neg else 0.0,
         "max_abs": float(v.abs().max()),
     }
+
+
+def episode_segments(episode_start: Tensor, window: int) -> Tensor:
+    """Per step and env, an id of the (training window, episode) piece it belongs to.
+
+    ``episode_start [T, E]`` bool -> ``[T, E]`` long: steps share an id when they are in the
+    same window of ``window`` steps *and* the same episode (no autoreset between them), so a
+    per-sequence statistic never mixes two episodes.
+    """
+    T, E = episode_start.shape
+    position = torch.arange(T, device=episode_start.device) % window
+    # a new piece starts at an episode start or at a window start
+    starts = episode_start | (position == 0)[:, None]
+    piece = torch.cumsum(starts.long(), dim=0) - 1  # [T, E], per env
+    return piece * E + torch.arange(E, device=episode_start.device)[None, :]

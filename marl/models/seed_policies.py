@@ -64,18 +64,16 @@ import torch
 from torch import Tensor, nn
 
 from marl.core.seed_batched import SeedLinear, SeedMLP
+from marl.models.critics import CentralCritic, GroupedCritic, make_critic
 from marl.models.policies import (
     ActorCore,
     AgentLayout,
-    CentralCritic,
-    GroupedCritic,
     MaskedCategorical,
     MultiAgentPolicy,
     SharedTypeActor,
     SharedView,
     TypeActor,
     act_per_type,
-    make_critic,
     neg_gumbel_noise,
 )
 from marl.models.seed_backbones import (
