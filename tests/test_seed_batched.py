@@ -139,6 +139,7 @@ def test_seed_gru_matches_nn_gru(one_thread, num_layers: int) -> None:
     grus = [nn.GRU(I, H, num_layers, batch_first=True) for _ in range(S)]
     stacked = stack_modules(grus)
     assert isinstance(stacked, SeedGRU)
+    stacked.fused = False  # the readable loop (the numba recurrence: tests/test_gru_kernel.py)
     x = torch.randn(S, B, L, I, requires_grad=True)
     h0 = torch.randn(S, B, num_layers, H, requires_grad=True)
     y, h = stacked(x, h0)
@@ -167,6 +168,7 @@ def test_seed_gru_resets_match_gru_backbone(one_thread) -> None:
     backbones = [GRUBackbone(D, H, num_layers=2, activation="tanh") for _ in range(S)]
     proj = stack_modules([b.proj for b in backbones])
     gru = stack_modules([b.gru for b in backbones])
+    gru.fused = False  # the readable loop, bit-equal to nn.GRU
     x = torch.randn(S, B, L, D, requires_grad=True)
     h0 = torch.randn(S, B, 2, H)
     resets = torch.rand(S, B, L) < 0.25

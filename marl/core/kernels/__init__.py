@@ -5,4 +5,7 @@ module it serves (that implementation is the specification); tests compare the t
 
 * :mod:`marl.core.kernels.whitening_numba`: fused numba CPU loops for the passes of
   :func:`marl.core.whitening.whiten` (count and sum, centred sums, apply).
+* :mod:`marl.core.kernels.gru_numba`: the recurrence of a seed-stacked GRU
+  (:class:`marl.core.seed_batched.SeedGRU`, whose torch loop with ``fused=False`` is the
+  specification) as one compiled loop forward and one backward.
 """
