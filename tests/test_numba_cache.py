@@ -24,7 +24,8 @@ from seqmodels.kernels import numba_available
 ROOT = Path(__file__).resolve().parents[1]
 
 #: the kernels a training run reaches: both envs' dynamics, the scripted baseline, the grouped
-#: whitening and the Mamba / Mamba2 blocks (sequence forward and backward, one step)
+#: whitening, the GRU recurrence (forward and backward) and the Mamba / Mamba2 blocks
+#: (sequence forward and backward, one step)
 RUN_EVERY_KERNEL_FAMILY = """
 import torch
 from marl.run.compile_clock import compile_clock
@@ -33,6 +34,7 @@ clock = compile_clock()
 
 from envs import multisearch_v0, websearch_v2
 from envs.baselines import evaluate_baseline
+from marl.core.seed_batched import stack_modules
 from marl.core.whitening import whiten
 from seqmodels import Mamba, Mamba2
 
@@ -44,6 +46,9 @@ for make in (multisearch_v0.parallel_env, websearch_v2.parallel_env):
         obs, *_ = env.step(actions)
 evaluate_baseline("heuristic", seeds=[0], preset="small", max_cycles=8)
 whiten(torch.randn(64, 4), group=torch.arange(4).repeat(64, 1))
+gru = stack_modules([torch.nn.GRU(4, 8, batch_first=True)])
+y, h = gru(torch.randn(1, 2, 5, 4), None, torch.rand(1, 2, 5) < 0.3)
+(y.sum() + h.sum()).backward()
 for cls, kw in ((Mamba, {}), (Mamba2, {"d_state": 8, "headdim": 8})):
     block = cls(16, backend="numba", **kw)
     y, state = block(torch.randn(2, 9, 16))

@@ -59,3 +59,23 @@ def test_cache_dropped_exactly_when_a_source_changes(tmp_path) -> None:
     (tmp_path / "numerics.py").write_text("B = 3\n")  # a helper module the kernels inline
     assert kernels.drop_stale_kernel_cache(str(tmp_path)) is True
     assert not (cache / "scan.scan_step-1.py311.nbi").exists()
+
+
+def test_cache_dropped_when_a_helper_from_elsewhere_changes(tmp_path) -> None:
+    """``also``: a file outside the package whose helpers its kernels inline (the GRU kernel of
+    marl/core/kernels inlines seqmodels' exp) invalidates the package's cache too."""
+    package, helper = tmp_path / "pkg", tmp_path / "numerics.py"
+    package.mkdir()
+    (package / "gru.py").write_text("A = 1\n")
+    helper.write_text("B = 2\n")
+    cache = package / "__pycache__"
+    cache.mkdir()
+    kernel = cache / "gru._sigmoid-1.py311.nbi"
+    kernel.write_text("old")
+    assert kernels.drop_stale_kernel_cache(str(package), (str(helper),)) is True
+    kernel.write_text("fresh")
+    assert kernels.drop_stale_kernel_cache(str(package), (str(helper),)) is False
+    assert kernel.exists()
+    helper.write_text("B = 3\n")
+    assert kernels.drop_stale_kernel_cache(str(package), (str(helper),)) is True
+    assert not kernel.exists()

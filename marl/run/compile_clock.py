@@ -41,6 +41,7 @@ KERNEL_FAMILIES: tuple[tuple[str, str], ...] = (
     ("envs._multisearch_core", "multisearch env"),
     ("envs._multisearch_kernels", "multisearch env"),
     ("envs.baselines", "multisearch heuristic"),
+    ("marl.core.kernels.gru_numba", "GRU recurrence"),
     ("marl.core.kernels", "whitening"),
     ("seqmodels.kernels", "Mamba / Mamba2"),
 )

@@ -93,12 +93,13 @@ import os
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def drop_stale_kernel_cache(package_dir: str = _PACKAGE_DIR) -> bool:
+def drop_stale_kernel_cache(package_dir: str = _PACKAGE_DIR, also: tuple[str, ...] = ()) -> bool:
     """Remove ``package_dir/__pycache__/*.nbi|*.nbc`` (numba's cache) when the package's
-    sources differ from those the cache was built from (a digest kept beside it); returns
-    whether it removed anything. A read-only install is left alone."""
+    sources, and the files ``also`` names (helpers its kernels inline from elsewhere), differ
+    from those the cache was built from (a digest kept beside it); returns whether it removed
+    anything. A read-only install is left alone."""
     digest = hashlib.sha256()
-    for path in sorted(glob.glob(os.path.join(package_dir, "*.py"))):
+    for path in [*sorted(glob.glob(os.path.join(package_dir, "*.py"))), *also]:
         with open(path, "rb") as fh:
             digest.update(os.path.basename(path).encode() + b"\0" + fh.read())
     cache = os.path.join(package_dir, "__pycache__")
