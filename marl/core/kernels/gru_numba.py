@@ -197,10 +197,10 @@ class GRURecurrence(torch.autograd.Function):
         S, _, B, _ = gi.shape
         has_resets = resets is not None
         flags = _numpy(resets) if has_resets else np.zeros((S, B, 1), np.bool_)
-        y, *saved = _forward_loop(
-            _numpy(gi), _numpy(w_hh), _numpy(b_hh), _numpy(h0), flags, has_resets
-        )
-        ctx.kernel_saved = (_numpy(w_hh), *saved, flags, has_resets)
+        w = _numpy(w_hh)
+        y, *saved = _forward_loop(_numpy(gi), w, _numpy(b_hh), _numpy(h0), flags, has_resets)
+        if any(ctx.needs_input_grad):  # no graph (torch.no_grad): nothing kept
+            ctx.kernel_saved = (w, *saved, flags, has_resets)
         return torch.from_numpy(y)
 
     @staticmethod
