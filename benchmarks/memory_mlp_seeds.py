@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -49,11 +50,14 @@ def seeds_per_process(horizon: int, limit: float = 4e9) -> int:
 
 def command(horizon: int, first: int, last: int, runs: str, budget: int = BUDGET) -> list[str]:
     """The study's mlp arm at ``horizon`` for seeds ``first..last``, one process; a batch
-    directory already there (an interrupted earlier call) is resumed instead."""
+    directory already there (an interrupted earlier call) is resumed instead, or, if it was
+    stopped before its first checkpoint (nothing to resume, nothing to lose), started afresh."""
     from marl.experiments.studies import memory_horizon_settings
 
     seeds = f"{first}-{last}"
     where = os.path.join(runs, f"h{horizon}", f"seeds_{seeds}")
+    if os.path.isdir(where) and not _has_checkpoint(where):
+        shutil.rmtree(where)
     if os.path.isdir(where):
         return [sys.executable, "-m", "marl.train", f"--resume={where}", f"--seeds={seeds}",
                 "--progress=false"]  # fmt: skip
@@ -64,6 +68,14 @@ def command(horizon: int, first: int, last: int, runs: str, budget: int = BUDGET
         "--torch-threads=1", "--progress=false", "--gif=false", "--baselines=false",
         "--plots=false", f"--seeds={seeds}", f"--run-dir={where}",
     ]  # fmt: skip
+
+
+def _has_checkpoint(batch: str) -> bool:
+    """Whether any seed directory under ``batch`` holds a checkpoint file."""
+    for folder, _, names in os.walk(batch):
+        if os.path.basename(folder) == "checkpoints" and names:
+            return True
+    return False
 
 
 def successes(horizon: int, runs: str, study_runs: str) -> dict[int, float]:
