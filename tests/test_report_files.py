@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 from marl.experiments import persist, report
-from marl.experiments.report.summary import summary_text
+from marl.experiments.report.summary import PLOTTED_DIGITS, summary_text
 
 matplotlib.use("Agg", force=True)
 import matplotlib.pyplot as plt  # noqa: E402
@@ -133,6 +133,7 @@ def test_cli_reports(tmp_path: Path) -> None:
     [
         (["--reports", "MISSING"], "is not a directory"),
         (["--reports", "DIR", "--policies"], "--reports takes DIR alone"),
+        (["--redraw", "DIR", "DIR2"], "--redraw goes with --reports DIR"),
         (["--reports", "DIR", "--in-place", "DIR"], "not allowed with argument"),
     ],
 )
@@ -179,10 +180,10 @@ def _numbers(tree, path=()):
 
 @pytest.mark.parametrize("indent", [1, 2])
 def test_plotted_curves_are_rounded_and_nothing_else(tmp_path: Path, indent: int) -> None:
-    """``--reports`` (and every report written now) keeps the plotted-only curves at 7
-    significant digits, within 5e-7 relative; every other number and the key order stay as
-    they were, in the layout reports write now whatever the old indent; a second pass changes
-    nothing."""
+    """``--reports`` (and every report written now) keeps the plotted-only curves at
+    PLOTTED_DIGITS (5) significant digits, within 5e-5 relative; every other number and the
+    key order stay as they were, in the layout reports write now whatever the old indent; a
+    second pass changes nothing."""
     summary = _curvy_summary(np.random.default_rng(0))
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(summary, indent=indent) + "\n")
@@ -194,8 +195,8 @@ def test_plotted_curves_are_rounded_and_nothing_else(tmp_path: Path, indent: int
     for (where, old), (where_new, new) in zip(_numbers(summary), _numbers(rounded), strict=True):
         assert where == where_new
         if where[2] in ("curves", "advantages"):
-            assert abs(new - old) <= 5e-7 * abs(old), (where, old, new)
-            assert new == float(f"{old:.7g}")
+            assert abs(new - old) <= 0.5 * 10.0 ** (1 - PLOTTED_DIGITS) * abs(old), (where, old)
+            assert new == float(f"{old:.{PLOTTED_DIGITS}g}")
         else:
             assert new == old, where
     persist.compact_reports(str(tmp_path))
@@ -216,7 +217,8 @@ def test_write_all_rounds_the_file_not_the_summary(tmp_path: Path, monkeypatch) 
         assert entry["metrics"] == old["metrics"]
         assert entry["stability_per_run"] == old["stability_per_run"]
         mean = entry["curves"]["episode/success"]["mean"]
-        assert mean == [float(f"{v:.7g}") for v in old["curves"]["episode/success"]["mean"]]
+        digits = PLOTTED_DIGITS
+        assert mean == [float(f"{v:.{digits}g}") for v in old["curves"]["episode/success"]["mean"]]
         assert mean != old["curves"]["episode/success"]["mean"]
     assert summary["variants"] == kept["variants"]
 
@@ -261,3 +263,57 @@ def test_summary_text_is_smaller_than_indent_one(tmp_path: Path) -> None:
     text = summary_text(summary)
     assert json.loads(text) == summary
     assert len(text) <= 0.8 * len(json.dumps(summary, indent=1))
+
+
+# ------------------------------------------------------------------------------------------
+# --redraw: a published study's report plots drawn again from its summary.json
+# ------------------------------------------------------------------------------------------
+SMALL_STUDY = REPO / "docs" / "results" / "whitening_position" / "mappo"
+
+
+@pytest.mark.skipif(not (SMALL_STUDY / "summary.json").is_file(), reason="needs the study")
+def test_redraw_draws_the_report_plots_again_from_the_summary(tmp_path: Path) -> None:
+    """``--reports DIR --redraw`` replaces each plot the report draws with the report's
+    drawing of the (rewritten) summary.json, byte for byte what ``make_plots`` writes from
+    it; a study's own figure is only re-encoded, no plot is added, runs/ is left alone, and a
+    second pass changes nothing."""
+    study = tmp_path / "study"
+    (study / "plots").mkdir(parents=True)
+    (study / "summary.json").write_text((SMALL_STUDY / "summary.json").read_text())
+    for name in ("learning_curves.png", "advantages_batch.png", "own_figure.png"):
+        fig = _figure()  # stale drawings, RGBA as matplotlib writes them
+        fig.savefig(study / "plots" / name, dpi=60)
+        plt.close(fig)
+    own = _rgb(study / "plots" / "own_figure.png")
+    run_png = study / "runs" / "a" / "seed_0" / "curve.png"
+    run_png.parent.mkdir(parents=True)
+    run_png.write_bytes((study / "plots" / "own_figure.png").read_bytes())
+    kept = run_png.read_bytes()
+
+    persist.compact_reports(str(study), redraw=True)
+
+    expected = tmp_path / "expected"
+    report.make_plots(json.loads((study / "summary.json").read_text()), str(expected))
+    names = sorted(p.name for p in (study / "plots").iterdir())
+    assert names == ["advantages_batch.png", "learning_curves.png", "own_figure.png"]
+    for name in ("learning_curves.png", "advantages_batch.png"):
+        assert (study / "plots" / name).read_bytes() == (expected / "plots" / name).read_bytes()
+    with Image.open(study / "plots" / "learning_curves.png") as image:
+        assert image.mode == "P"
+        width = image.size[0]
+    assert width == round(18 * report.plots.PLOT_DPI)  # three 6-inch panels
+    with Image.open(study / "plots" / "own_figure.png") as image:
+        assert image.mode == "P" and image.size == (own.shape[1], own.shape[0])
+    assert np.abs(_rgb(study / "plots" / "own_figure.png") - own).max() <= 64
+    assert run_png.read_bytes() == kept
+    snapshot = {p: p.read_bytes() for p in study.rglob("*") if p.is_file()}
+    persist.compact_reports(str(study), redraw=True)
+    assert {p: p.read_bytes() for p in study.rglob("*") if p.is_file()} == snapshot
+
+
+def test_redraw_refuses_a_summary_the_report_cannot_draw(tmp_path: Path) -> None:
+    """A summary.json without what the plots read gets a clear error naming the study."""
+    study = tmp_path / "study"
+    _old_study(study)
+    with pytest.raises(persist.PersistError, match="cannot be drawn by this report"):
+        persist.compact_reports(str(study), redraw=True)

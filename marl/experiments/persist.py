@@ -56,7 +56,7 @@ from typing import Any
 
 from marl.experiments import stats
 from marl.experiments.compare import run_finished
-from marl.run.rundir import atomic_write_text
+from marl.run.rundir import atomic_write_bytes, atomic_write_text
 
 __all__ = [
     "EXACT",
@@ -594,29 +594,86 @@ def _rewrite_summary_file(path: str) -> int:
     return os.path.getsize(path)
 
 
-def compact_reports(root: str) -> tuple[int, int]:
+def compact_reports(root: str, *, redraw: bool = False) -> tuple[int, int]:
     """Re-encode every PNG under ``root`` (``runs/`` folders left alone) with a palette of at
     most 256 colours, as :mod:`marl.experiments.report` writes plots now
     (:func:`~marl.experiments.report.compact_png`; a palette PNG is left as it is), and
     rewrite every ``summary.json`` as reports write it now (its plotted-only curves at their
     digits, lists of values on one line; every other number, verdict and p-value as it is).
-    For studies published before: nothing is recomputed and no run is needed. Returns (bytes
+    For studies published before: nothing is recomputed and no run is needed.
+
+    ``redraw``: also draw each study's report plots again from its (rewritten) summary.json,
+    at the report's current size (:func:`~marl.experiments.report.make_plots`), replacing
+    those of its ``plots/`` folder that the report writes; other PNGs (a study's own figures)
+    are only re-encoded, and no plot is added where the study had none. Returns (bytes
     before, bytes after)."""
     from marl.experiments.report import compact_png
 
     if not os.path.isdir(root):
         raise PersistError(f"DIR {root!r} is not a directory")
-    before = after = 0
+    before = _report_bytes(root)
     for folder, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != "runs")
         for name in sorted(n for n in names if n.endswith(".png") or n == "summary.json"):
             path = os.path.join(folder, name)
-            before += os.path.getsize(path)
             if name == "summary.json":
-                after += _rewrite_summary_file(path)
+                _rewrite_summary_file(path)
+                if redraw:
+                    _redraw_plots(folder)
+            elif not (redraw and _drawn_by_report(folder)):
+                compact_png(path, path)
+    return before, _report_bytes(root)
+
+
+def _report_bytes(root: str) -> int:
+    """The bytes of the PNGs and summary.json files under ``root``, ``runs/`` left out."""
+    total = 0
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "runs"]
+        total += sum(
+            os.path.getsize(os.path.join(folder, n))
+            for n in names
+            if n.endswith(".png") or n == "summary.json"
+        )
+    return total
+
+
+def _drawn_by_report(folder: str) -> bool:
+    """Whether ``folder`` is a study's ``plots/`` (its parent holds a summary.json)."""
+    return os.path.basename(folder) == "plots" and os.path.isfile(
+        os.path.join(os.path.dirname(folder), "summary.json")
+    )
+
+
+def _redraw_plots(study: str) -> None:
+    """Draw the report's plots of ``study`` again from its summary.json into a scratch folder
+    and move over those its ``plots/`` already holds; the others are re-encoded."""
+    import tempfile
+
+    from marl.experiments.report import compact_png, make_plots
+
+    plots = os.path.join(study, "plots")
+    if not os.path.isdir(plots):
+        return
+    with open(os.path.join(study, "summary.json")) as fh:
+        summary = json.load(fh)
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            drawn = {os.path.basename(p) for p in make_plots(summary, scratch)}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PersistError(
+                f"{study}: its summary.json cannot be drawn by this report ({exc!r}); "
+                "re-encode its plots without --redraw"
+            ) from exc
+        for name in sorted(os.listdir(plots)):
+            path = os.path.join(plots, name)
+            if not name.endswith(".png"):
+                continue
+            if name in drawn:
+                with open(os.path.join(scratch, "plots", name), "rb") as fh:
+                    atomic_write_bytes(path, fh.read())
             else:
-                after += compact_png(path, path)
-    return before, after
+                compact_png(path, path)
 
 
 # ------------------------------------------------------------------------------------------
@@ -627,6 +684,12 @@ def _policy_names(value: str) -> list[str]:
     if not all(names):
         raise argparse.ArgumentTypeError(f"expected VARIANT[,VARIANT...], got {value!r}")
     return names
+
+
+def _plotted_digits() -> int:
+    from marl.experiments.report.summary import PLOTTED_DIGITS
+
+    return PLOTTED_DIGITS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -674,8 +737,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--reports",
         metavar="DIR",
         help="re-encode the plots (PNGs) under DIR with at most 256 colours, and rewrite its "
-        "summary.json files as reports write them now (plotted-only curves at 7 significant "
-        "digits, lists of values on one line; runs/ left alone): for studies published before",
+        "summary.json files as reports write them now (plotted-only curves at "
+        f"{_plotted_digits()} significant digits, lists of values on one line; runs/ left "
+        "alone): "
+        "for studies published before",
+    )
+    parser.add_argument(
+        "--redraw",
+        action="store_true",
+        help="with --reports: also draw each study's report plots again from its "
+        "summary.json at the report's current size (the plots it already has; its own "
+        "figures are only re-encoded)",
     )
     parser.add_argument(
         "--policies",
@@ -714,9 +786,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--at-env-steps takes positive env-step counts, got {args.at_env_steps}")
     if args.reports:
         if args.paths or args.policies is not None or args.at_env_steps:
-            parser.error("--reports takes DIR alone")
+            parser.error("--reports takes DIR alone (and --redraw)")
         try:
-            before, after = compact_reports(args.reports)
+            before, after = compact_reports(args.reports, redraw=args.redraw)
         except (PersistError, OSError, ValueError) as exc:
             parser.exit(2, f"{parser.prog}: error: {exc}\n")
         print(
@@ -724,6 +796,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{before / 1e6:.2f} MB -> {after / 1e6:.2f} MB"
         )
         return 0
+    if args.redraw:
+        parser.error("--redraw goes with --reports DIR")
     if args.in_place or args.restore:
         if args.paths:
             parser.error(f"unexpected argument(s) {' '.join(args.paths)} (SRC DEST take no mode)")

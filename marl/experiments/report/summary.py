@@ -172,10 +172,14 @@ def _metric_descriptions(reported: Sequence[str], at_env_steps: int | None) -> d
 
 
 #: Significant digits of the numbers summary.json only plots (each variant's ``curves`` and
-#: ``advantages``): within 5e-7 relative of the computed values (below the regeneration
-#: rule's 1e-6 for every number, let alone a pixel), and a fifth fewer bytes of summary.json
-#: than 17 digits (issue 51's budget)
-PLOTTED_DIGITS = 7
+#: ``advantages``): within 5e-5 relative of the computed values, a hundredth of a pixel on a
+#: panel whose y axis ends near the largest value (about 450 pixels tall); 7 digits until
+#: the studies of issues 47 and 48 needed the room (issue 51's budget: 0.8 MB fewer over
+#: docs/results' summaries). A regenerated report whose value falls on the other
+#: side of a rounding boundary moves by one unit of the last digit, 1e-4 of the value: within
+#: the regeneration rule (1% of the panel's y range) while the panel's range is at least 1%
+#: of its largest value. Every number a table, test or verdict reads stays as computed.
+PLOTTED_DIGITS = 5
 
 #: The sections of a variant's summary entry that are only plotted
 PLOTTED_SECTIONS = ("curves", "advantages")
