@@ -79,8 +79,9 @@ if [ "$PERSIST" = 1 ]; then
     bash "$REPO/benchmarks/persist_runs.sh" "$OUT" "$DOCS" ${POLICY_FLAG[@]+"${POLICY_FLAG[@]}"}
     for f in report.md summary.json; do [ -f "$OUT/$f" ] && cp "$OUT/$f" "$DOCS/"; done
     if [ -d "$OUT/plots" ]; then rm -rf "$DOCS/plots" && cp -r "$OUT/plots" "$DOCS/"; fi
-    # the report as this checkout writes one: palette plots, plotted-only curves at 7 digits
-    (cd "$REPO" && "$PY" -m marl.experiments.persist --reports "$DOCS")
+    # the report as this checkout writes one (the pinned code drew it): plotted-only curves
+    # at this checkout's digits, the plots drawn again from summary.json at its size
+    (cd "$REPO" && "$PY" -m marl.experiments.persist --reports "$DOCS" --redraw)
     exit 0
 fi
 compare "${EXTRA[@]}"
