@@ -417,3 +417,29 @@ def test_marl_train_smoke_run_with_baseline_rows(tmp_path):
     result = json.loads((run_dir / "eval.json").read_text())
     assert 0.0 <= result["success_rate"] <= 1.0
     assert "heuristic" in done.stdout and "random" in done.stdout
+
+
+# ---- a trained memoryless policy at the study budget stays at chance -----------------------
+@pytest.mark.slow  # one 1M-env-step training run (about a minute of CPU): the slow tier
+def test_a_trained_mlp_at_the_study_budget_stays_within_chance_plus_0_1(tmp_path):
+    """Issue 48, item 1, at a small horizon: mlp MAPPO trained with the memory_horizon
+    study's settings and budget (1M env steps) at H = 16 answers at most chance + 0.1 on 128
+    validation episodes, chance computed from the zones: what a cue leaked into a later
+    observation, or into the answer step's mask or state, would break end to end."""
+    from marl.experiments.studies import memory_horizon_settings
+
+    horizon = 16
+    run_dir = tmp_path / "mlp"
+    command = [
+        sys.executable, "-m", "marl.train", "--algo=mappo", "--backbone=mlp",
+        *memory_horizon_settings(horizon), "--total-steps=1000000",
+        "--final-eval-episodes=128", "--seed=0", "--torch-threads=1", "--progress=false",
+        "--gif=false", "--baselines=false", "--plots=false", f"--run-dir={run_dir}",
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((run_dir / "eval.json").read_text())
+    chance = 1.0 / 4  # the default 4 zones, one cued uniformly
+    assert recall.make_config(memory_horizon=horizon, n_scouts=0, n_rescuers=1).chance == chance
+    assert result["n_episodes"] == 128
+    assert result["success_rate"] <= chance + 0.1, result["success_rate"]
