@@ -193,7 +193,9 @@ def _plot_improvement(
     fig, axes = plt.subplots(
         1,
         len(metrics),
-        figsize=(3.2 * len(metrics), 0.8 + 0.45 * len(others)),
+        # the titles (up to three lines), the suptitle and the x axis need about 1.6 inches
+        # whatever the number of rows: below that one comparison's panels were clipped
+        figsize=(3.2 * len(metrics), 1.6 + 0.45 * len(others)),
         squeeze=False,
     )
     for ax, metric in zip(axes[0], metrics, strict=True):
