@@ -50,15 +50,14 @@ def seeds_per_process(horizon: int, limit: float = 4e9) -> int:
 
 def command(horizon: int, first: int, last: int, runs: str, budget: int = BUDGET) -> list[str]:
     """The study's mlp arm at ``horizon`` for seeds ``first..last``, one process; a batch
-    directory already there (an interrupted earlier call) is resumed instead, or, if it was
-    stopped before its first checkpoint (nothing to resume, nothing to lose), started afresh."""
+    directory already there with a checkpoint (an interrupted earlier call) is resumed
+    instead. One stopped before its first checkpoint has nothing to resume: :func:`main`
+    removes it and this command starts it afresh."""
     from marl.experiments.studies import memory_horizon_settings
 
     seeds = f"{first}-{last}"
     where = os.path.join(runs, f"h{horizon}", f"seeds_{seeds}")
-    if os.path.isdir(where) and not _has_checkpoint(where):
-        shutil.rmtree(where)
-    if os.path.isdir(where):
+    if _has_checkpoint(where):
         return [sys.executable, "-m", "marl.train", f"--resume={where}", f"--seeds={seeds}",
                 "--progress=false"]  # fmt: skip
     return [
@@ -152,6 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             b = min(a + size - 1, last)
             if all(k in done for k in range(a, b + 1)):
                 continue
+            stale = os.path.join(args.runs, f"h{horizon}", f"seeds_{a}-{b}")
+            if os.path.isdir(stale) and not _has_checkpoint(stale):
+                shutil.rmtree(stale)  # stopped before its first checkpoint: nothing to lose
             cmd = command(horizon, a, b, args.runs, args.total_steps)
             print("$", " ".join(cmd[1:]), flush=True)
             subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL)

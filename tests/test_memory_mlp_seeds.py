@@ -55,7 +55,37 @@ def test_the_command_is_the_study_arm_and_resumes(tmp_path: Path) -> None:
     cmd = script.command(256, 16, 31, str(tmp_path))
     assert all(a in cmd for a in memory_horizon_settings(256))
     assert "--backbone=mlp" in cmd and "--total-steps=1000000" in cmd and "--seeds=16-31" in cmd
-    (tmp_path / "h256" / "seeds_16-31").mkdir(parents=True)
+    batch = tmp_path / "h256" / "seeds_16-31"
+    (batch / "seed_16" / "checkpoints").mkdir(parents=True)
+    # stopped before its first checkpoint: nothing to resume, a fresh start
+    assert script.command(256, 16, 31, str(tmp_path)) == cmd
+    (batch / "seed_16" / "checkpoints" / "latest.pt").write_bytes(b"")
     again = script.command(256, 16, 31, str(tmp_path))
-    assert f"--resume={tmp_path / 'h256' / 'seeds_16-31'}" in again
+    assert f"--resume={batch}" in again
     assert [script.seeds_per_process(h) for h in (64, 256, 1024, 4096)] == [16, 16, 4, 1]
+
+
+def test_main_starts_a_batch_stopped_before_its_first_checkpoint_afresh(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A batch directory without a checkpoint (stopped in its first update) is removed and
+    trained from the start; one with a checkpoint is resumed and kept."""
+    stale = tmp_path / "h4096" / "seeds_16-16" / "seed_16"
+    stale.mkdir(parents=True)
+    (stale / "metrics.jsonl").write_text("")
+    kept = tmp_path / "h4096" / "seeds_17-17" / "seed_17" / "checkpoints"
+    kept.mkdir(parents=True)
+    (kept / "latest.pt").write_bytes(b"")
+    calls: list[list[str]] = []
+
+    def run(cmd, **_):
+        calls.append(cmd)
+        assert not stale.parent.exists() or "--resume" in " ".join(cmd)
+
+    monkeypatch.setattr(script.subprocess, "run", run)
+    monkeypatch.setattr(script, "table", lambda *a: [])
+    script.main(["--horizons", "4096", "--seeds", "16-17", "--runs", str(tmp_path)])
+    assert len(calls) == 2
+    assert f"--run-dir={stale.parent}" in calls[0] and not any("--resume" in a for a in calls[0])
+    assert f"--resume={kept.parents[1]}" in calls[1]
+    assert kept.is_dir()
