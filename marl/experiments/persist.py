@@ -620,8 +620,8 @@ def compact_reports(root: str, *, redraw: bool = False) -> tuple[int, int]:
                 _rewrite_summary_file(path)
                 if redraw:
                     _redraw_plots(folder)
-            elif not (redraw and _drawn_by_report(folder)):
-                compact_png(path, path)
+            else:
+                compact_png(path, path)  # a redrawn plot is a palette PNG: left as it is
     return before, _report_bytes(root)
 
 
@@ -638,19 +638,12 @@ def _report_bytes(root: str) -> int:
     return total
 
 
-def _drawn_by_report(folder: str) -> bool:
-    """Whether ``folder`` is a study's ``plots/`` (its parent holds a summary.json)."""
-    return os.path.basename(folder) == "plots" and os.path.isfile(
-        os.path.join(os.path.dirname(folder), "summary.json")
-    )
-
-
 def _redraw_plots(study: str) -> None:
     """Draw the report's plots of ``study`` again from its summary.json into a scratch folder
-    and move over those its ``plots/`` already holds; the others are re-encoded."""
+    and move over those its ``plots/`` already holds (the others stay for re-encoding)."""
     import tempfile
 
-    from marl.experiments.report import compact_png, make_plots
+    from marl.experiments.report import make_plots
 
     plots = os.path.join(study, "plots")
     if not os.path.isdir(plots):
@@ -665,15 +658,9 @@ def _redraw_plots(study: str) -> None:
                 f"{study}: its summary.json cannot be drawn by this report ({exc!r}); "
                 "re-encode its plots without --redraw"
             ) from exc
-        for name in sorted(os.listdir(plots)):
-            path = os.path.join(plots, name)
-            if not name.endswith(".png"):
-                continue
-            if name in drawn:
-                with open(os.path.join(scratch, "plots", name), "rb") as fh:
-                    atomic_write_bytes(path, fh.read())
-            else:
-                compact_png(path, path)
+        for name in sorted(drawn & set(os.listdir(plots))):
+            with open(os.path.join(scratch, "plots", name), "rb") as fh:
+                atomic_write_bytes(os.path.join(plots, name), fh.read())
 
 
 # ------------------------------------------------------------------------------------------
@@ -739,8 +726,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="re-encode the plots (PNGs) under DIR with at most 256 colours, and rewrite its "
         "summary.json files as reports write them now (plotted-only curves at "
         f"{_plotted_digits()} significant digits, lists of values on one line; runs/ left "
-        "alone): "
-        "for studies published before",
+        "alone): for studies published before",
     )
     parser.add_argument(
         "--redraw",
